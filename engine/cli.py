@@ -1,0 +1,3 @@
+import click
+@click.group()
+def main(): "resenv"

@@ -1,0 +1,1 @@
+"""Sandboxes: how one job is isolated on a host."""

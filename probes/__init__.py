@@ -1,0 +1,1 @@
+"""Probe kit and host-side judges for tiers C0-C5."""

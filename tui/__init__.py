@@ -1,0 +1,1 @@
+"""resenv-tui: the Textual dashboard."""
