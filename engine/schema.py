@@ -1,0 +1,177 @@
+"""The store's schema as an ordered list of migrations.
+
+`PRAGMA user_version` holds how many migrations a DB has had; opening a DB applies the rest in one
+transaction, so an old DB is upgraded in place and a newer one is refused instead of misread.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[str] = [
+    # 1: the first schema.
+    """
+    CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        benchmark_path TEXT NOT NULL,
+        base_dir TEXT NOT NULL,
+        suite TEXT NOT NULL,
+        spec_json TEXT NOT NULL,
+        options_json TEXT NOT NULL,
+        data_dir TEXT NOT NULL,
+        state TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        finished_at REAL,
+        engine_pid INTEGER,
+        engine_host TEXT,
+        heartbeat_at REAL
+    );
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        key TEXT NOT NULL,
+        suite TEXT NOT NULL,
+        repo_id TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        gpus_needed INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        host TEXT,
+        gpus TEXT,
+        reason TEXT,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        finished_at REAL,
+        UNIQUE (run_id, key)
+    );
+    CREATE INDEX jobs_run ON jobs(run_id, state);
+    CREATE TABLE attempts (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        number INTEGER NOT NULL,
+        state TEXT NOT NULL,
+        phase TEXT,
+        host TEXT,
+        gpus TEXT,
+        workdir TEXT,
+        category TEXT,
+        reason TEXT,
+        started_at REAL NOT NULL,
+        finished_at REAL,
+        heartbeat_at REAL,
+        UNIQUE (job_id, number)
+    );
+    CREATE INDEX attempts_run ON attempts(run_id, state);
+    CREATE TABLE phases (
+        id INTEGER PRIMARY KEY,
+        attempt_id INTEGER NOT NULL REFERENCES attempts(id),
+        name TEXT NOT NULL,
+        status TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        finished_at REAL,
+        reason TEXT
+    );
+    CREATE INDEX phases_attempt ON phases(attempt_id);
+    CREATE TABLE tier_results (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        attempt_id INTEGER NOT NULL REFERENCES attempts(id),
+        tier TEXT NOT NULL,
+        status TEXT NOT NULL,
+        category TEXT,
+        evidence_json TEXT,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX tier_results_job ON tier_results(job_id, tier);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        run_id TEXT NOT NULL,
+        job_id INTEGER,
+        attempt_id INTEGER,
+        seq INTEGER,
+        ts REAL NOT NULL,
+        kind TEXT NOT NULL,
+        data TEXT NOT NULL
+    );
+    CREATE INDEX events_run ON events(run_id, id);
+    CREATE UNIQUE INDEX events_attempt_seq ON events(attempt_id, seq) WHERE attempt_id IS NOT NULL;
+    CREATE TABLE usage (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        job_id INTEGER NOT NULL,
+        attempt_id INTEGER NOT NULL,
+        ts REAL NOT NULL,
+        model TEXT,
+        input_tokens INTEGER NOT NULL DEFAULT 0,
+        cached_input_tokens INTEGER NOT NULL DEFAULT 0,
+        cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+        output_tokens INTEGER NOT NULL DEFAULT 0,
+        reasoning_tokens INTEGER NOT NULL DEFAULT 0,
+        cost_usd REAL
+    );
+    CREATE INDEX usage_job ON usage(job_id);
+    CREATE TABLE logs (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        job_id INTEGER,
+        attempt_id INTEGER,
+        name TEXT NOT NULL,
+        stream TEXT NOT NULL,
+        path TEXT NOT NULL,
+        nbytes INTEGER NOT NULL,
+        nlines INTEGER NOT NULL,
+        head TEXT NOT NULL,
+        tail TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX logs_attempt ON logs(attempt_id);
+    CREATE TABLE hosts (
+        run_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        state TEXT NOT NULL,
+        inventory_json TEXT NOT NULL,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (run_id, name)
+    );
+    CREATE TABLE leases (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        job_id INTEGER NOT NULL,
+        attempt_id INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        gpus TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL
+    );
+    CREATE TABLE gpu_samples (
+        id INTEGER PRIMARY KEY,
+        host TEXT NOT NULL,
+        gpu INTEGER NOT NULL,
+        ts REAL NOT NULL,
+        util_pct REAL,
+        mem_used_mib REAL,
+        mem_total_mib REAL,
+        power_w REAL,
+        temp_c REAL
+    );
+    CREATE INDEX gpu_samples_host ON gpu_samples(host, gpu, ts);
+    CREATE TABLE controls (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        job_id INTEGER,
+        tier TEXT,
+        action TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        origin TEXT,
+        acked_at REAL,
+        ack TEXT,
+        ack_message TEXT
+    );
+    CREATE INDEX controls_pending ON controls(run_id, acked_at);
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
