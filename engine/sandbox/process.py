@@ -1,0 +1,577 @@
+"""The process sandbox: a work dir and plain process groups on the local machine (Linux, asyncio).
+
+It is the embedded default: no daemon, no root. Isolation is deliberately thin — a clean environment
+(API keys in the engine's environment never reach agents or probes), a private HOME and TMPDIR
+inside the work dir, and one process group per command so that timeouts, pause and kill reach
+everything the command started. A process that leaves its group on purpose (``setsid``, a double
+fork into a new session) escapes pause and kill; only a container sandbox prevents that.
+
+Output is read in fixed-size chunks (binary-safe, bounded memory), appended raw to
+``<log_prefix>.stdout`` / ``<log_prefix>.stderr`` as it arrives, and split into lines for the live
+``on_line`` callback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+from .base import ExecResult, OutputLine, SandboxError, SandboxPathError
+from .lines import LineSplitter, RawLine
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+READ_CHUNK = 64 * 1024
+LEFTOVER_GRACE_S = 2.0  # how long a leftover may hold a pipe open after the main process exited
+KILL_WAIT_S = 5.0  # how long to wait for a SIGKILLed group to vanish before giving up (and logging)
+KILL_RESULT_WAIT_S = 10.0  # how long kill() waits for the killed execs to return
+
+
+def _group_members(pgid: int) -> list[int]:
+    """PIDs of the live (non-zombie) processes in a process group, read from /proc."""
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 3 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+            members.append(int(name))
+    return members
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether any live (non-zombie) process is left in the group.
+
+    ``killpg(pgid, 0)`` alone is not enough: it succeeds while zombies remain, and orphaned
+    grandchildren are re-parented to PID 1, which inside many containers never reaps them.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # a process we may not signal holds the group: it certainly exists
+    try:
+        return bool(_group_members(pgid))
+    except OSError:
+        return True  # cannot tell; be conservative
+
+
+def kill_stale_group(pgid: int, workdir: Path) -> bool:
+    """Kill a process group left by an engine that died, if it still runs inside `workdir`.
+
+    The cwd check keeps a recycled PGID of some unrelated program safe from us.
+    """
+    root = Path(workdir).resolve()
+    for pid in _group_members(pgid):
+        try:
+            cwd = Path(os.readlink(f"/proc/{pid}/cwd"))
+        except OSError:
+            continue
+        if cwd == root or root in cwd.parents:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                return False
+            return True
+    return False
+
+
+async def _wait_group_gone(pgid: int, limit_s: float) -> bool:
+    """Poll until the group has no live process or ``limit_s`` passes; True if it is gone."""
+    deadline = time.monotonic() + limit_s
+    delay = 0.01
+    while _group_alive(pgid):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.1)
+    return True
+
+
+@dataclass(eq=False)
+class _Run:
+    """Book-keeping for one running exec."""
+
+    proc: asyncio.subprocess.Process
+    pgid: int
+    timed_out: bool = False
+    killed: bool = False
+    error: BaseException | None = None  # first failure in a pump (on_line raised, disk full...)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class ProcessSandbox:
+    """Runs each command in its own session/process group with a clean environment under ``workdir``.
+
+    Semantics worth knowing:
+
+    * ``exec`` while paused waits for ``resume()`` before starting the command (that wait counts in
+      ``duration_s``, not in ``active_s``).
+    * When the main process exits, its process group is SIGKILLed once the pipes are drained: a
+      command's processes never outlive its ``exec`` (leftovers could not be paused or killed).
+    * A command that cannot be started (not found / not executable) is a result, not an exception,
+      as in a shell or ``docker exec``: returncode 127 / 126 and the reason on stderr.
+    * ``on_line`` must not raise; if it does, the command is killed and the exception propagates.
+    """
+
+    def __init__(
+        self,
+        workdir: Path,
+        base_env: Mapping[str, str] | None = None,
+        term_grace_s: float = 5.0,
+    ) -> None:
+        self.workdir = Path(workdir).resolve()
+        self.home = self.workdir / "home"
+        self.tmp = self.workdir / "tmp"
+        for d in (self.workdir, self.home, self.tmp):
+            d.mkdir(parents=True, exist_ok=True)
+        self.base_env: dict[str, str] = dict(base_env or {})
+        self.term_grace_s = term_grace_s
+        self.leftover_grace_s = LEFTOVER_GRACE_S
+        self._runs: set[_Run] = set()
+        self._paused_since: float | None = None
+        self._paused_total = 0.0
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._closed = False
+
+    # -- environment -------------------------------------------------------------------------------
+
+    def child_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The complete environment of a command; nothing is inherited from ``os.environ``."""
+        out = {
+            "PATH": DEFAULT_PATH,
+            "HOME": str(self.home),
+            "TMPDIR": str(self.tmp),
+            "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1",
+        }
+        out.update(self.base_env)
+        if env:
+            out.update(env)
+        return out
+
+    def _exec_cwd(self, cwd: Path | None) -> Path:
+        if cwd is None:
+            path = self.workdir
+        else:
+            path = Path(cwd)
+            if not path.is_absolute():
+                path = self.workdir / path
+        if not path.is_dir():
+            raise SandboxError(f"cwd is not a directory: {path}")
+        return path
+
+    # -- pause clock -------------------------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return self._paused_since is not None
+
+    def _paused_time(self, now: float | None = None) -> float:
+        """Total seconds this sandbox has spent paused up to ``now`` (a monotonic counter)."""
+        total = self._paused_total
+        if self._paused_since is not None:
+            total += (time.monotonic() if now is None else now) - self._paused_since
+        return total
+
+    # -- exec --------------------------------------------------------------------------------------
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        timeout: float | None = None,
+        timeout_name: str = "exec",
+        stdin: bytes | None = None,
+        log_prefix: Path,
+        on_line: Callable[[OutputLine], None] | None = None,
+        on_start: Callable[[int], None] | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` to completion (or timeout/kill); see the class docstring for the rules."""
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        args = [os.fspath(a) for a in argv]
+        if not args:
+            raise ValueError("argv is empty")
+        run_cwd = self._exec_cwd(cwd)
+        child_env = self.child_env(env)
+        stdout_path = Path(f"{log_prefix}.stdout")
+        stderr_path = Path(f"{log_prefix}.stderr")
+        stdout_path.parent.mkdir(parents=True, exist_ok=True)
+        stderr_path.parent.mkdir(parents=True, exist_ok=True)
+
+        started = time.monotonic()
+        paused_at_start = self._paused_time()
+
+        def active(now: float | None = None) -> float:
+            now = time.monotonic() if now is None else now
+            return (now - started) - (self._paused_time(now) - paused_at_start)
+
+        def result(returncode: int | None, timed_out: bool, killed: bool) -> ExecResult:
+            now = time.monotonic()
+            return ExecResult(
+                returncode=returncode,
+                timed_out=timed_out,
+                timeout_name=timeout_name if timed_out else None,
+                killed=killed,
+                duration_s=now - started,
+                active_s=max(0.0, active(now)),
+                stdout_path=stdout_path,
+                stderr_path=stderr_path,
+            )
+
+        await self._resumed.wait()  # an exec issued while paused starts on resume
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+
+        with open(stdout_path, "wb") as out_f, open(stderr_path, "wb") as err_f:
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            in_r, in_w = os.pipe() if stdin is not None else (None, None)
+            spawn_error: OSError | None = None
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *args,
+                    stdin=in_r if in_r is not None else subprocess.DEVNULL,
+                    stdout=out_w,
+                    stderr=err_w,
+                    env=child_env,
+                    cwd=run_cwd,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                spawn_error = exc
+            except BaseException:
+                for fd in (out_r, err_r, in_w):
+                    if fd is not None:
+                        os.close(fd)
+                raise
+            finally:
+                # The child has its copies; ours must go or EOF would never come.
+                for fd in (out_w, err_w, in_r):
+                    if fd is not None:
+                        os.close(fd)
+            if spawn_error is not None:
+                for fd in (out_r, err_r, in_w):
+                    if fd is not None:
+                        os.close(fd)
+                rc = self._spawn_failure_code(spawn_error)
+                msg = f"resenv: cannot execute {args[0]!r}: {spawn_error.strerror or spawn_error}"
+                err_f.write(msg.encode() + b"\n")
+                if on_line is not None:
+                    on_line(OutputLine("stderr", 1, msg, len(msg.encode()), False))
+                return result(rc, False, False)
+
+            run = _Run(proc=proc, pgid=proc.pid)  # start_new_session: the leader's pid is the pgid
+            if on_start is not None:
+                on_start(run.pgid)
+            self._runs.add(run)
+            if self._closed:  # closed (killed) while we were spawning
+                run.killed = True
+                self._signal(run, signal.SIGKILL)
+            elif self._paused_since is not None:  # paused while we were spawning
+                self._signal(run, signal.SIGSTOP)
+            try:
+                return await self._supervise(
+                    run, out_r, err_r, in_w, stdin, out_f, err_f, on_line, timeout, active, result
+                )
+            finally:
+                self._runs.discard(run)
+                run.done.set()
+
+    @staticmethod
+    def _spawn_failure_code(exc: OSError) -> int:
+        if exc.errno == errno.ENOENT:
+            return 127
+        if exc.errno in (errno.EACCES, errno.ENOEXEC, errno.EPERM, errno.EISDIR, errno.ENOTDIR):
+            return 126
+        raise SandboxError(f"cannot start process: {exc}") from exc
+
+    async def _supervise(
+        self,
+        run: _Run,
+        out_r: int,
+        err_r: int,
+        in_w: int | None,
+        stdin: bytes | None,
+        out_f: BinaryIO,
+        err_f: BinaryIO,
+        on_line: Callable[[OutputLine], None] | None,
+        timeout: float | None,
+        active: Callable[[], float],
+        result: Callable[[int | None, bool, bool], ExecResult],
+    ) -> ExecResult:
+        """Pump output, enforce the deadline, reap; always leaves no process of the group behind."""
+        loop = asyncio.get_running_loop()
+        read_fds = [out_r, err_r]
+        transports: list[asyncio.BaseTransport] = []
+        stdin_transport: asyncio.WriteTransport | None = None
+        pumps: list[asyncio.Task[None]] = []
+        watcher: asyncio.Task[None] | None = None
+        try:
+            readers = []
+            for fd in (out_r, err_r):
+                reader = asyncio.StreamReader(limit=READ_CHUNK)
+                pipe = open(fd, "rb", buffering=0)
+                read_fds.remove(fd)  # now owned by the file object / transport
+                transport, _ = await loop.connect_read_pipe(
+                    lambda r=reader: asyncio.StreamReaderProtocol(r), pipe
+                )
+                transports.append(transport)
+                readers.append(reader)
+            if in_w is not None:
+                pipe_w = open(in_w, "wb", buffering=0)
+                in_w = None
+                stdin_transport, _ = await loop.connect_write_pipe(asyncio.Protocol, pipe_w)
+                # Buffered by the transport and written as the child reads; close() sends EOF
+                # once everything is written. A child that never reads cannot block us.
+                stdin_transport.write(stdin or b"")
+                stdin_transport.close()
+
+            pumps = [
+                asyncio.create_task(self._pump(run, readers[0], out_f, "stdout", on_line)),
+                asyncio.create_task(self._pump(run, readers[1], err_f, "stderr", on_line)),
+            ]
+            if timeout is not None:
+                watcher = asyncio.create_task(self._deadline(run, timeout, active))
+
+            await run.proc.wait()
+            if watcher is not None:
+                if run.timed_out:
+                    await watcher  # finish the TERM -> grace -> KILL escalation for the group
+                else:
+                    watcher.cancel()
+
+            # Drain what is left in the pipes. A leftover of the group that keeps a pipe open
+            # (a daemonized child) must not hang the job: kill the group; if a holder escaped
+            # the group, stop reading.
+            _, pending = await asyncio.wait(pumps, timeout=self.leftover_grace_s)
+            if pending:
+                log.info("pgid %d: pipes still open %.1fs after exit; killing leftovers",
+                         run.pgid, self.leftover_grace_s)
+                self._signal(run, signal.SIGKILL)
+                _, pending = await asyncio.wait(pending, timeout=1.0)
+                for task in pending:
+                    task.cancel()
+            if run.error is not None:
+                raise run.error
+            return result(run.proc.returncode, run.timed_out, run.killed)
+        except BaseException:
+            # Cancelled (or a pump failed): the group must not outlive us.
+            if run.error is None:
+                run.killed = True
+            self._signal(run, signal.SIGKILL)
+            raise
+        finally:
+            # Synchronous part first, so that a second cancellation cannot skip it.
+            self._signal(run, signal.SIGKILL)  # leftovers of the group never outlive the exec
+            if watcher is not None and not watcher.done():
+                watcher.cancel()
+            for task in pumps:
+                if not task.done():
+                    task.cancel()
+            for t in transports:
+                t.close()
+            if stdin_transport is not None and stdin_transport.get_write_buffer_size() > 0:
+                stdin_transport.abort()
+            for fd in read_fds:
+                os.close(fd)
+            if in_w is not None:
+                os.close(in_w)
+            # Asynchronous part: reap, let cancelled tasks finish, confirm the group is gone.
+            await asyncio.gather(*pumps, return_exceptions=True)
+            if watcher is not None:
+                await asyncio.gather(watcher, return_exceptions=True)
+            if run.proc.returncode is None:
+                try:
+                    await asyncio.wait_for(run.proc.wait(), KILL_WAIT_S)
+                except asyncio.TimeoutError:
+                    log.warning("pid %d did not exit after SIGKILL", run.pgid)
+            if not await _wait_group_gone(run.pgid, KILL_WAIT_S):
+                log.warning("process group %d still has live processes after SIGKILL", run.pgid)
+
+    async def _pump(
+        self,
+        run: _Run,
+        reader: asyncio.StreamReader,
+        f: BinaryIO,
+        stream: str,
+        on_line: Callable[[OutputLine], None] | None,
+    ) -> None:
+        """Copy one pipe to its raw file and feed lines to ``on_line`` until EOF."""
+        splitter = LineSplitter() if on_line is not None else None
+        line_no = 0
+
+        def deliver(lines: list[RawLine]) -> None:
+            nonlocal line_no
+            assert on_line is not None
+            for raw in lines:
+                line_no += 1
+                on_line(OutputLine(stream, line_no, raw.text(), raw.nbytes, raw.truncated))
+
+        try:
+            while True:
+                chunk = await reader.read(READ_CHUNK)
+                if not chunk:
+                    break
+                f.write(chunk)
+                f.flush()  # readers of the raw file (dashboard, humans) see output live
+                if splitter is not None:
+                    deliver(splitter.feed(chunk))
+            if splitter is not None:
+                deliver(splitter.flush())
+        except Exception as exc:  # on_line raised, or the disk is full: stop the command
+            if run.error is None:
+                run.error = exc
+            self._signal(run, signal.SIGKILL)
+
+    async def _deadline(self, run: _Run, timeout: float, active: Callable[[], float]) -> None:
+        """Fire after ``timeout`` seconds of active (unpaused) time, then terminate the group."""
+        while True:
+            if not self._resumed.is_set():
+                await self._resumed.wait()
+                continue
+            remaining = timeout - active()
+            if remaining <= 0:
+                break
+            await asyncio.sleep(remaining)
+        if run.proc.returncode is not None:
+            return  # it finished on its own at the same moment
+        run.timed_out = True
+        await self._terminate(run)
+
+    async def _terminate(self, run: _Run) -> None:
+        """SIGTERM the group, give it ``term_grace_s`` to exit, then SIGKILL whatever is left."""
+        self._signal(run, signal.SIGTERM)
+        self._signal(run, signal.SIGCONT)  # a stopped process would not act on SIGTERM
+        await _wait_group_gone(run.pgid, self.term_grace_s)
+        self._signal(run, signal.SIGKILL)
+        await _wait_group_gone(run.pgid, KILL_WAIT_S)
+
+    @staticmethod
+    def _signal(run: _Run, sig: int) -> None:
+        try:
+            os.killpg(run.pgid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            log.warning("not permitted to send signal %d to process group %d", sig, run.pgid)
+
+    # -- control -----------------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """SIGSTOP every running command's process group; the timeout clocks stop too."""
+        if self._paused_since is not None:
+            return
+        self._paused_since = time.monotonic()
+        self._resumed.clear()
+        for run in list(self._runs):
+            self._signal(run, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT what pause() stopped; deadlines continue where they were."""
+        if self._paused_since is None:
+            return
+        for run in list(self._runs):
+            self._signal(run, signal.SIGCONT)
+        self._paused_total += time.monotonic() - self._paused_since
+        self._paused_since = None
+        self._resumed.set()
+
+    async def kill(self) -> None:
+        """SIGKILL every running command's group and wait until their execs have returned."""
+        runs = list(self._runs)
+        for run in runs:
+            run.killed = True
+            self._signal(run, signal.SIGKILL)
+        if runs:
+            waits = [asyncio.create_task(run.done.wait()) for run in runs]
+            _, pending = await asyncio.wait(waits, timeout=KILL_RESULT_WAIT_S)
+            for task in pending:
+                task.cancel()
+
+    async def close(self) -> None:
+        """Kill anything running and refuse new execs. The work dir itself is kept."""
+        self._closed = True
+        await self.kill()
+        self.resume()  # wakes execs waiting for resume so they can see the sandbox is closed
+
+    # -- files -------------------------------------------------------------------------------------
+
+    def resolve(self, rel_path: str) -> Path:
+        """Map a relative path to a real path inside the work dir, refusing any escape."""
+        if not rel_path or "\x00" in rel_path:
+            raise SandboxPathError(f"invalid path: {rel_path!r}")
+        if os.path.isabs(rel_path):
+            raise SandboxPathError(f"absolute path not allowed: {rel_path!r}")
+        target = (self.workdir / rel_path).resolve()  # follows symlinks, then applies ".."
+        if target != self.workdir and not target.is_relative_to(self.workdir):
+            raise SandboxPathError(f"path escapes the sandbox: {rel_path!r} -> {target}")
+        return target
+
+    async def put(self, rel_path: str, data: bytes | Path) -> Path:
+        """Write ``data`` (bytes) to the file ``rel_path``, or copy a host file/tree to it."""
+        target = self.resolve(rel_path)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            if target == self.workdir or target.is_dir():
+                raise SandboxError(f"destination is a directory: {rel_path!r}")
+            await asyncio.to_thread(_write_bytes, target, bytes(data))
+            return target
+        src = Path(data)
+        if src.is_dir():
+            # symlinks=True: copy links as links, never pull in what they point at.
+            await asyncio.to_thread(shutil.copytree, src, target, symlinks=True, dirs_exist_ok=True)
+        elif src.is_file():
+            if target.is_dir():
+                raise SandboxError(f"destination is a directory: {rel_path!r}")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(shutil.copy2, src, target)
+        else:
+            raise FileNotFoundError(f"no such file or directory: {src}")
+        return target
+
+    async def get(self, rel_path: str, max_bytes: int = 50 * 2**20) -> bytes:
+        """Read a regular file inside the work dir, at most ``max_bytes`` (else SandboxError)."""
+        target = self.resolve(rel_path)
+        return await asyncio.to_thread(_read_capped, target, rel_path, max_bytes)
+
+
+def _write_bytes(target: Path, data: bytes) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+
+
+def _read_capped(target: Path, rel_path: str, max_bytes: int) -> bytes:
+    if not target.exists():
+        raise FileNotFoundError(f"no such file in sandbox: {rel_path!r}")
+    if not target.is_file():
+        raise SandboxError(f"not a regular file: {rel_path!r}")
+    size = target.stat().st_size
+    if size > max_bytes:
+        raise SandboxError(f"{rel_path!r} is {size} bytes, more than max_bytes={max_bytes}")
+    with open(target, "rb") as f:
+        data = f.read(max_bytes + 1)  # the file may have grown since stat
+    if len(data) > max_bytes:
+        raise SandboxError(f"{rel_path!r} is more than max_bytes={max_bytes}")
+    return data
