@@ -1,3 +1,208 @@
+"""The `resenv` command line: run, resume, list, show, validate and control runs."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
 import click
-@click.group()
-def main(): "resenv"
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .controls import ACTIONS
+from .display import NoDisplay, PlainDisplay
+from .paths import default_data_dir, default_db
+from .runs import RunPlan, create_run
+from .scheduler import Engine, EngineBusy, engine_alive
+from .spec import SpecError, SpecLookupError, format_issues, load_benchmark
+from .store import StoreError, StoreReader, insert_control
+from .views import job_rows, tier_glyphs
+
+# Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns.
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+db_option = click.option(
+    "--db", "db_path", type=click.Path(path_type=Path), default=None,
+    help="SQLite store (default: $RESENV_DB or the user data dir).",
+)
+
+
+def _db(db_path: Path | None) -> Path:
+    return db_path or default_db()
+
+
+def _reader(db_path: Path | None) -> StoreReader:
+    try:
+        return StoreReader(_db(db_path))
+    except StoreError as error:
+        raise click.ClickException(str(error)) from error
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="resenv")
+def main() -> None:
+    """Benchmark and supervise coding agents that build environments for research repositories."""
+
+
+@main.command()
+@click.argument("benchmark", type=click.Path(path_type=Path), default="benchmark.yaml", required=False)
+@click.option("--suite", help="Suite to run (default: the benchmark's defaults.suite).")
+@click.option("--agent", "agents", multiple=True, help="Agent(s) to run; repeat for several.")
+@click.option("--host", "hosts", multiple=True, help="Host(s) to use; repeat for several (default: defaults.host).")
+@db_option
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Where raw logs and work dirs go.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Jobs at once (default: defaults.concurrency).")
+@click.option("--display", type=click.Choice(["plain", "none"]), default="plain", show_default=True)
+@click.option("--resume", "resume_id", metavar="RUN", help="Resume an interrupted run instead of starting one.")
+@click.option("--name", help="A name for the run.")
+def run(
+    benchmark: Path, suite: str | None, agents: tuple[str, ...], hosts: tuple[str, ...], db_path: Path | None,
+    data_dir: Path | None, jobs: int | None, display: str, resume_id: str | None, name: str | None,
+) -> None:
+    """Run a suite of repo tasks × agents (or --resume one), recording everything in the store."""
+    db = _db(db_path)
+    if resume_id:
+        reader = _reader(db)
+        try:
+            run_id = reader.resolve_run(resume_id)["id"]
+        except StoreError as error:
+            raise click.ClickException(str(error)) from error
+        finally:
+            reader.close()
+    else:
+        bench = _load(benchmark)
+        plan = RunPlan(
+            suite=suite or bench.defaults.suite,
+            agents=list(agents) or [bench.defaults.agent],
+            hosts=list(hosts) or [bench.defaults.host],
+            jobs=jobs, name=name,
+        )
+        try:
+            run_id = create_run(bench, plan, db, data_dir or default_data_dir())
+        except SpecLookupError as error:
+            raise click.ClickException(str(error)) from error
+    shown = PlainDisplay() if display == "plain" else NoDisplay()
+    try:
+        state = asyncio.run(Engine(db, run_id, shown, jobs_limit=jobs).execute())
+    except EngineBusy as error:
+        raise click.ClickException(str(error)) from error
+    if state == "interrupted":
+        sys.exit(130)
+
+
+def _load(path: Path):
+    try:
+        return load_benchmark(path)
+    except SpecError as error:
+        raise click.ClickException("invalid benchmark:\n" + format_issues(error.issues)) from error
+    except OSError as error:
+        raise click.ClickException(f"cannot read {path}: {error.strerror}") from error
+
+
+@main.command()
+@click.argument("benchmark", type=click.Path(path_type=Path), default="benchmark.yaml", required=False)
+def validate(benchmark: Path) -> None:
+    """Check a benchmark file; print every error with its line and field."""
+    bench = _load(benchmark)
+    repos = sum(len(suite.repos) for suite in bench.suites.values())
+    console.print(f"{benchmark}: ok ({len(bench.suites)} suites, {repos} repo tasks, "
+                  f"{len(bench.agents)} agents, {len(bench.hosts)} hosts)")
+
+
+@main.command("runs")
+@db_option
+def list_runs(db_path: Path | None) -> None:
+    """List the runs in the store, newest first."""
+    reader = _reader(db_path)
+    table = Table("run", "name", "state", "jobs", "done", "error", "started", "duration")
+    for run_row in reader.runs():
+        counts = {row["state"]: row["n"] for row in reader.rows(
+            "SELECT state, COUNT(*) AS n FROM jobs WHERE run_id = ? GROUP BY state", (run_row["id"],))}
+        state = run_row["state"]
+        if state in {"running", "paused"} and not engine_alive(run_row):
+            state = "interrupted"
+        table.add_row(
+            run_row["id"], run_row["name"], state, str(sum(counts.values())), str(counts.get("done", 0)),
+            str(counts.get("error", 0)), _when(run_row["started_at"]), _duration(run_row),
+        )
+    console.print(table)
+
+
+@main.command()
+@click.argument("run_ref", metavar="RUN", default="latest", required=False)
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def show(run_ref: str, db_path: Path | None, as_json: bool) -> None:
+    """Per-job table of a run (default: the latest) with one glyph per tier C0–C5."""
+    reader = _reader(db_path)
+    try:
+        run_row = reader.resolve_run(run_ref)
+    except StoreError as error:
+        raise click.ClickException(str(error)) from error
+    rows = job_rows(reader, run_row["id"])
+    if as_json:
+        click.echo(json.dumps({"run": run_row | {"spec_json": None}, "jobs": rows}, indent=2, default=str))
+        return
+    console.print(f"run {run_row['id']} · {run_row['name']} · {run_row['state']} · {run_row['data_dir']}")
+    table = Table("job", "host:gpus", "state", "C0 C1 C2 C3 C4 C5", "attempt", "agent s", "elapsed", "reason")
+    for row in rows:
+        table.add_row(
+            row["key"], row["where"], row["state"], tier_glyphs(row["tiers"]), str(row["attempts"]),
+            row["agent_seconds"], row["elapsed"], row["reason"] or "",
+        )
+    console.print(table)
+    console.print("tiers: ✓ pass  ✗ fail  – skip  ! error  · not scored")
+
+
+@main.command()
+@click.argument("action", type=click.Choice(sorted(ACTIONS)))
+@click.argument("run_ref", metavar="RUN")
+@click.argument("job_ref", metavar="[JOB]", required=False)
+@db_option
+@click.option("--wait", "wait_s", type=float, default=5.0, show_default=True,
+              help="Seconds to wait for the engine's acknowledgement (0: don't wait).")
+def control(action: str, run_ref: str, job_ref: str | None, db_path: Path | None, wait_s: float) -> None:
+    """Pause, resume or cancel a run or a job; retry a job. The engine applies it and acknowledges."""
+    reader = _reader(db_path)
+    try:
+        run_row = reader.resolve_run(run_ref)
+        job = reader.resolve_job(run_row["id"], job_ref) if job_ref else None
+    except StoreError as error:
+        raise click.ClickException(str(error)) from error
+    if action == "retry" and job is None:
+        raise click.ClickException("retry needs a JOB")
+    control_id = insert_control(_db(db_path), run_row["id"], action, job_id=job["id"] if job else None)
+    target = f"job {job['key']}" if job else f"run {run_row['id']}"
+    if not engine_alive(run_row):
+        console.print(f"{action} {target}: queued (no engine is running this run; "
+                      f"`resenv run --resume {run_row['id']}` applies it)")
+        return
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        acked = reader.rows("SELECT ack, ack_message FROM controls WHERE id = ?", (control_id,))[0]
+        if acked["ack"]:
+            console.print(f"{action} {target}: {acked['ack']} — {acked['ack_message']}")
+            if acked["ack"] != "applied":
+                sys.exit(1)
+            return
+        time.sleep(0.1)
+    console.print(f"{action} {target}: sent, not yet acknowledged")
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "—"
+
+
+def _duration(run_row: dict) -> str:
+    if not run_row["started_at"]:
+        return "—"
+    end = run_row["finished_at"] or time.time()
+    return f"{end - run_row['started_at']:.1f}s"
+
+
+if __name__ == "__main__":
+    main()

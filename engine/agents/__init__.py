@@ -1,0 +1,18 @@
+"""Agent adapters: how to start an agent for a job and how to read what it prints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import AgentAdapter, AgentCommand, JobPaths
+from .command import CommandAgent
+
+
+def adapter_for(name: str, spec: Any) -> AgentAdapter:
+    """The adapter for one `agents:` entry of the benchmark."""
+    if spec.kind == "command":
+        return CommandAgent(name, spec)
+    raise ValueError(f"agent {name!r}: kind {spec.kind!r} has no adapter")
+
+
+__all__ = ["AgentAdapter", "AgentCommand", "JobPaths", "CommandAgent", "adapter_for"]

@@ -1,0 +1,120 @@
+"""Pristine copies of repo tasks and per-job checkouts.
+
+Each repo task gets one bare git repository per run, outside every sandbox and made read-only: the
+import census reads the pinned commit from it, so nothing an agent does can change what is scored.
+A bundled tree becomes a commit with a fixed author and date, so the same tree always has the same id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+FIXED_IDENTITY = {
+    "GIT_AUTHOR_NAME": "resenv",
+    "GIT_AUTHOR_EMAIL": "resenv@localhost",
+    "GIT_COMMITTER_NAME": "resenv",
+    "GIT_COMMITTER_EMAIL": "resenv@localhost",
+    "GIT_AUTHOR_DATE": "2000-01-01T00:00:00Z",
+    "GIT_COMMITTER_DATE": "2000-01-01T00:00:00Z",
+}
+
+
+class CheckoutError(Exception):
+    """The repo could not be materialized; `category` says whose fault (download vs infra)."""
+
+    def __init__(self, message: str, category: str) -> None:
+        super().__init__(message)
+        self.category = category
+
+
+@dataclass(frozen=True)
+class Pristine:
+    path: Path
+    commit: str
+
+
+def git_env(home: Path) -> dict[str, str]:
+    """A git environment that ignores the user's config and never prompts for credentials."""
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+        "LANG": "C.UTF-8",
+        **FIXED_IDENTITY,
+    }
+
+
+async def git(*args: str, env: dict[str, str], category: str = "infra") -> str:
+    process = await asyncio.create_subprocess_exec(
+        "git", *args, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        tail = err.decode(errors="replace").strip()[-2000:]
+        raise CheckoutError(f"git {' '.join(args[:2])} failed ({process.returncode}): {tail}", category)
+    return out.decode().strip()
+
+
+class PristineCache:
+    """One pristine copy per repo task per run, built once even when several jobs ask at once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def get(self, repo_id: str, *, local_tree: Path | None, url: str | None, commit: str | None) -> Pristine:
+        lock = self._locks.setdefault(repo_id, asyncio.Lock())
+        async with lock:
+            path = self.root / f"{repo_id}.git"
+            env = git_env(self.root)
+            if (path / "resenv-commit").exists():
+                return Pristine(path, (path / "resenv-commit").read_text().strip())
+            self.root.mkdir(parents=True, exist_ok=True)
+            if local_tree is not None:
+                made = await _commit_tree(local_tree, path, env)
+            else:
+                assert url is not None and commit is not None
+                made = await _clone_pinned(url, commit, path, env)
+            (path / "resenv-commit").write_text(made + "\n")
+            _make_read_only(path)
+            return Pristine(path, made)
+
+
+async def _commit_tree(tree: Path, bare: Path, env: dict[str, str]) -> str:
+    """Commit a bundled tree into a fresh bare repo without copying it first."""
+    await git("init", "--quiet", "--bare", str(bare), env=env)
+    tree_env = {**env, "GIT_DIR": str(bare), "GIT_WORK_TREE": str(tree)}
+    await git("add", "--all", "--force", ".", env=tree_env)
+    await git("commit", "--quiet", "--no-verify", "-m", f"resenv: bundled tree {tree.name}", env=tree_env)
+    return await git("rev-parse", "HEAD", env=tree_env)
+
+
+async def _clone_pinned(url: str, commit: str, bare: Path, env: dict[str, str]) -> str:
+    await git("clone", "--quiet", "--bare", url, str(bare), env=env, category="download_failed")
+    bare_env = {**env, "GIT_DIR": str(bare)}
+    try:
+        await git("cat-file", "-e", f"{commit}^{{commit}}", env=bare_env)
+    except CheckoutError as error:
+        raise CheckoutError(f"pinned commit {commit} is not in {url}", "download_failed") from error
+    return commit
+
+
+def _make_read_only(root: Path) -> None:
+    for directory, _, files in os.walk(root):
+        for name in files:
+            path = Path(directory, name)
+            path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def checkout_argv(pristine: Pristine, target: Path) -> list[list[str]]:
+    """Commands that give a job its own working copy at the pinned commit (no hard links to the pristine)."""
+    return [
+        ["git", "clone", "--quiet", "--no-hardlinks", "--no-checkout", str(pristine.path), str(target)],
+        ["git", "-C", str(target), "checkout", "--quiet", "--detach", pristine.commit],
+    ]

@@ -1,0 +1,124 @@
+"""Hosts: where sandboxes run, what they have (CPUs, GPUs), and who holds their slots and GPUs.
+
+The scheduler never hands a GPU to two jobs at once: `HostPool.lease` takes a slot and a set of GPU
+ids atomically (the engine is single-threaded asyncio, so no lock is needed) and `release` returns them.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .sandbox.process import ProcessSandbox
+
+
+def detect_local_gpus() -> list[int]:
+    """GPU indices the local NVIDIA driver shows; none when there is no driver (a state, not an error)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=index", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (subprocess.SubprocessError, OSError):
+        return []
+    return [int(line) for line in out.split() if line.strip().isdigit()]
+
+
+@dataclass
+class Host:
+    """One host of the run: a name, its slots, its GPU ids and what is leased now."""
+
+    name: str
+    kind: str
+    slots: int
+    gpu_ids: list[int]
+    busy_slots: int = 0
+    leased_gpus: set[int] = field(default_factory=set)
+
+    @property
+    def free_gpus(self) -> list[int]:
+        return [gpu for gpu in self.gpu_ids if gpu not in self.leased_gpus]
+
+    def inventory(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "hostname": platform.node(),
+            "os": f"{platform.system()} {platform.release()}",
+            "cpus": os.cpu_count(),
+            "slots": self.slots,
+            "gpus": self.gpu_ids,
+        }
+
+    def sandbox(self, workdir: Path) -> ProcessSandbox:
+        workdir.mkdir(parents=True, exist_ok=True)
+        return ProcessSandbox(workdir)
+
+
+@dataclass(frozen=True)
+class Lease:
+    host: Host
+    gpus: tuple[int, ...]
+
+
+class HostPool:
+    """Places jobs on hosts: a free slot plus the GPUs the job needs.
+
+    A job needing N GPUs goes only to hosts that have N GPUs in all, and waits until N are free.
+    If no host of the run has N, it goes to the hosts with the most GPUs and leases all of them;
+    the tiers that needed more are then skipped as `insufficient_hardware`, never failed. So a
+    GPU-less host never takes GPU work while a GPU host is in the run.
+    """
+
+    def __init__(self, hosts: list[Host]) -> None:
+        if not hosts:
+            raise ValueError("a run needs at least one host")
+        self.hosts = hosts
+
+    def grantable(self, needed: int) -> int:
+        """How many GPUs a job that wants `needed` will get, given the run's hosts."""
+        return min(needed, max(len(host.gpu_ids) for host in self.hosts))
+
+    def lease(self, needed: int) -> Lease | None:
+        want = self.grantable(needed)
+        candidates = [
+            host for host in self.hosts
+            if len(host.gpu_ids) >= want and host.busy_slots < host.slots and len(host.free_gpus) >= want
+        ]
+        if want == 0:
+            # CPU-only work prefers hosts without GPUs, then the least busy one.
+            candidates.sort(key=lambda host: (len(host.gpu_ids) > 0, host.busy_slots / host.slots))
+        else:
+            candidates.sort(key=lambda host: host.busy_slots / host.slots)
+        if not candidates:
+            return None
+        host = candidates[0]
+        gpus = tuple(host.free_gpus[:want])
+        host.busy_slots += 1
+        host.leased_gpus.update(gpus)
+        return Lease(host, gpus)
+
+    def release(self, lease: Lease) -> None:
+        lease.host.busy_slots -= 1
+        lease.host.leased_gpus.difference_update(lease.gpus)
+
+
+def build_hosts(host_specs: dict[str, Any]) -> list[Host]:
+    """Hosts from the spec's `hosts:` entries; `gpus: auto` asks the local driver."""
+    hosts = []
+    for name, spec in host_specs.items():
+        if spec.gpus == "auto":
+            gpu_ids = detect_local_gpus()
+        elif isinstance(spec.gpus, int):
+            gpu_ids = list(range(spec.gpus))
+        else:
+            gpu_ids = list(spec.gpus)
+        hosts.append(Host(name=name, kind=spec.kind, slots=spec.slots, gpu_ids=gpu_ids))
+    return hosts

@@ -1,0 +1,275 @@
+"""One attempt of one job: provision → checkout → agent → teardown, each phase under a named timeout.
+
+Every command's raw output goes to files under the attempt's `logs/`; every line also becomes an
+event numbered by `seq`, so a replay of the raw files after a crash can add exactly what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .agents import AgentAdapter, JobPaths
+from .checkout import CheckoutError, PristineCache, checkout_argv
+from .hosts import Lease
+from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError
+from .store import StoreWriter
+
+EXCERPT_BYTES = 4096
+
+
+class AttemptError(Exception):
+    """The attempt cannot go on; `category` is from the failure classifier's vocabulary."""
+
+    def __init__(self, message: str, category: str) -> None:
+        super().__init__(message)
+        self.category = category
+
+
+@dataclass
+class AttemptOutcome:
+    state: str  # done | error | cancelled
+    category: str | None = None
+    reason: str | None = None
+
+
+class EventSink:
+    """The events of one attempt, numbered in the order they happen."""
+
+    def __init__(self, writer: StoreWriter, run_id: str, job_id: int, attempt_id: int, seq: int = 0) -> None:
+        self.writer = writer
+        self.run_id = run_id
+        self.job_id = job_id
+        self.attempt_id = attempt_id
+        self.seq = seq
+
+    def emit(self, kind: str, data: dict[str, Any]) -> None:
+        self.seq += 1
+        self.writer.event(
+            self.run_id, kind, data, job_id=self.job_id, attempt_id=self.attempt_id, seq=self.seq
+        )
+
+
+@dataclass
+class RunContext:
+    """What every job of a run shares."""
+
+    writer: StoreWriter
+    run_id: str
+    run_dir: Path
+    bench: Any
+    suite: Any
+    pristines: PristineCache
+    agents: dict[str, AgentAdapter]
+
+
+def attempt_dir(run_dir: Path, repo_id: str, agent: str, number: int) -> Path:
+    return run_dir / "jobs" / f"{repo_id}--{agent}" / f"attempt-{number}"
+
+
+def log_kind(log_name: str) -> str:
+    """Agent output is transcript; everything else the harness runs is plain output."""
+    return "transcript" if log_name.startswith("agent") else "output"
+
+
+@dataclass
+class JobAttempt:
+    ctx: RunContext
+    job: dict[str, Any]
+    number: int
+    attempt_id: int
+    lease: Lease
+    sink: EventSink
+    sandbox: Sandbox | None = None
+    _log_counter: int = field(default=0)
+
+    @property
+    def base(self) -> Path:
+        return attempt_dir(self.ctx.run_dir, self.job["repo_id"], self.job["agent"], self.number)
+
+    @property
+    def paths(self) -> JobPaths:
+        work = self.base / "work"
+        return JobPaths(
+            run_id=self.ctx.run_id, job_key=self.job["key"], workdir=work, repo=work / "repo",
+            env=work / "env", report=work / "report.json", gpus=self.lease.gpus,
+        )
+
+    @property
+    def timeouts(self) -> Any:
+        return self.ctx.bench.defaults.timeouts
+
+    async def execute(self) -> AttemptOutcome:
+        """Run every phase; teardown always runs. Agent failures are results, not errors."""
+        outcome = AttemptOutcome("done")
+        try:
+            await self._phase("provision", self.timeouts.provision, self._provision)
+            await self._phase("checkout", self.timeouts.checkout, self._checkout)
+            # The agent phase has no wall-clock wrapper: its exec deadline counts active time, so
+            # pausing a job never times it out.
+            await self._phase("agent", None, self._agent)
+        except AttemptError as error:
+            outcome = AttemptOutcome("error", error.category, str(error))
+        finally:
+            await asyncio.shield(self._teardown())
+        return outcome
+
+    # -- phases -----------------------------------------------------------------------------
+    async def _phase(self, name: str, timeout: float | None, body: Callable[[], Awaitable[None]]) -> None:
+        started = time.time()
+        self._set_phase(name)
+        self.ctx.writer.execute(
+            "INSERT INTO phases (attempt_id, name, status, started_at) VALUES (?, ?, 'running', ?)",
+            (self.attempt_id, name, started),
+        )
+        self.sink.emit("phase", {"phase": name, "status": "started"})
+        status, reason = "done", None
+        try:
+            await asyncio.wait_for(body(), timeout=timeout)
+        except TimeoutError:
+            assert timeout is not None
+            status, reason = "timeout", f"timeout:{name} ({timeout:g} s)"
+            self.sink.emit("timeout", {"name": f"phase:{name}", "seconds": timeout})
+            raise AttemptError(f"phase {name} exceeded its {timeout:g} s timeout", "timeout") from None
+        except AttemptError as error:
+            status, reason = "error", str(error)
+            raise
+        except asyncio.CancelledError:
+            status, reason = "cancelled", "cancelled"
+            raise
+        except (SandboxError, OSError) as error:
+            status, reason = "error", f"{type(error).__name__}: {error}"
+            raise AttemptError(f"phase {name}: {reason}", "infra") from error
+        finally:
+            finished = time.time()
+            self.ctx.writer.execute(
+                "UPDATE phases SET status = ?, finished_at = ?, reason = ? WHERE attempt_id = ? AND name = ?",
+                (status, finished, reason, self.attempt_id, name),
+            )
+            self.sink.emit(
+                "phase", {"phase": name, "status": status, "seconds": round(finished - started, 4), "reason": reason}
+            )
+
+    def _set_phase(self, name: str) -> None:
+        self.ctx.writer.update("attempts", self.attempt_id, {"phase": name})
+
+    async def _provision(self) -> None:
+        paths = self.paths
+        (self.base / "logs").mkdir(parents=True, exist_ok=True)
+        self.sandbox = self.lease.host.sandbox(paths.workdir)
+
+    async def _checkout(self) -> None:
+        repo = self.ctx.suite.repo(self.job["repo_id"])
+        source = repo.source
+        try:
+            if getattr(source, "path", None) is not None:
+                tree = (self.ctx.bench.base_dir / source.path).resolve()
+                pristine = await self.ctx.pristines.get(repo.id, local_tree=tree, url=None, commit=None)
+            else:
+                pristine = await self.ctx.pristines.get(repo.id, local_tree=None, url=source.git, commit=source.commit)
+        except CheckoutError as error:
+            raise AttemptError(str(error), error.category) from error
+        self.sink.emit("checkout", {"commit": pristine.commit, "pristine": str(pristine.path)})
+        for argv in checkout_argv(pristine, self.paths.repo):
+            result = await self.run_command("checkout", argv, timeout=self.timeouts.checkout)
+            if not result.ok:
+                raise AttemptError(f"checkout failed: {' '.join(argv[:3])} exited {result.returncode}", "infra")
+
+    def _agent_deadline(self) -> float:
+        budget = self.ctx.bench.defaults.budgets.wall_clock_s
+        return min(self.timeouts.agent, budget) if budget else self.timeouts.agent
+
+    async def _agent(self) -> None:
+        adapter = self.ctx.agents[self.job["agent"]]
+        command = adapter.command(self.paths)
+        result = await self.run_command(
+            "agent", command.argv, env=command.env, stdin=command.stdin,
+            timeout=self._agent_deadline(), timeout_name="agent", parse=adapter.parse,
+        )
+        self.sink.emit("agent_finished", {
+            "returncode": result.returncode, "timed_out": result.timed_out,
+            "seconds": round(result.active_s, 4),
+        })
+
+    async def _teardown(self) -> None:
+        started = time.time()
+        if self.sandbox is not None:
+            try:
+                await asyncio.wait_for(self.sandbox.close(), timeout=self.timeouts.teardown)
+            except (TimeoutError, SandboxError, OSError) as error:
+                self.sink.emit("error", {"phase": "teardown", "message": f"{type(error).__name__}: {error}"})
+        self.ctx.writer.execute(
+            "INSERT INTO phases (attempt_id, name, status, started_at, finished_at) VALUES (?, 'teardown', 'done', ?, ?)",
+            (self.attempt_id, started, time.time()),
+        )
+
+    # -- commands ---------------------------------------------------------------------------
+    async def run_command(
+        self, phase: str, argv: list[str], *, timeout: float, env: dict[str, str] | None = None,
+        stdin: bytes | None = None, timeout_name: str | None = None,
+        parse: Callable[[OutputLine], list[dict[str, Any]]] | None = None,
+    ) -> ExecResult:
+        """Run one command in the sandbox with its output streamed to raw files and to events."""
+        assert self.sandbox is not None
+        self._log_counter += 1
+        log_name = phase if phase == "agent" else f"{phase}-{self._log_counter}"
+        prefix = self.base / "logs" / log_name
+        kind = log_kind(log_name)
+        self.sink.emit("command", {"phase": phase, "argv": argv, "log": log_name})
+
+        def on_line(line: OutputLine) -> None:
+            base = {"log": log_name, "stream": line.stream, "line_no": line.line_no}
+            if parse is None:
+                self.sink.emit(kind, {**base, "text": line.text, "nbytes": line.nbytes, "truncated": line.truncated})
+                return
+            for event in parse(line):
+                self.sink.emit(kind, {**base, **event})
+
+        result = await self.sandbox.exec(
+            argv, env=env, cwd=self.paths.workdir, timeout=timeout, timeout_name=timeout_name or phase,
+            stdin=stdin, log_prefix=prefix, on_line=on_line,
+            on_start=lambda pgid: self.sink.emit("process", {"log": log_name, "pgid": pgid}),
+        )
+        if result.timed_out:
+            self.sink.emit("timeout", {"name": result.timeout_name, "seconds": timeout})
+        self.sink.emit("exit", {
+            "phase": phase, "log": log_name, "returncode": result.returncode, "timed_out": result.timed_out,
+            "killed": result.killed, "seconds": round(result.active_s, 4),
+        })
+        for stream, path in (("stdout", result.stdout_path), ("stderr", result.stderr_path)):
+            self.index_log(log_name, stream, path)
+        return result
+
+    def index_log(self, name: str, stream: str, path: Path) -> None:
+        """Record a raw log in the DB with a capped head and tail, never its whole body."""
+        head, tail, size, lines = read_excerpt(path)
+        self.ctx.writer.execute(
+            "INSERT INTO logs (run_id, job_id, attempt_id, name, stream, path, nbytes, nlines, head, tail, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (self.ctx.run_id, self.job["id"], self.attempt_id, name, stream, str(path), size, lines,
+             head, tail, time.time()),
+        )
+
+
+def read_excerpt(path: Path) -> tuple[str, str, int, int]:
+    """Head, tail, size and line count of a file, reading it in blocks (logs can be huge)."""
+    if not path.exists():
+        return "", "", 0, 0
+    size = path.stat().st_size
+    lines = 0
+    with path.open("rb") as handle:
+        head = handle.read(EXCERPT_BYTES)
+        lines += head.count(b"\n")
+        while block := handle.read(1 << 20):
+            lines += block.count(b"\n")
+        if size > 2 * EXCERPT_BYTES:
+            handle.seek(size - EXCERPT_BYTES)
+            tail = handle.read()
+        else:
+            tail = b""
+            head = path.read_bytes()
+    return head.decode(errors="replace"), tail.decode(errors="replace"), size, lines

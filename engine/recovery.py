@@ -1,0 +1,56 @@
+"""Replay the raw logs of an interrupted attempt so the store has every line it printed.
+
+Raw bytes reach the log file before their event is queued, so after a crash the file can hold lines
+the DB never got. Lines are numbered per stream; whatever is past the highest stored number is
+emitted again with the same splitting rules, so nothing is lost and nothing is stored twice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .lifecycle import EventSink, log_kind
+from .sandbox.base import OutputLine
+from .sandbox.lines import LineSplitter
+
+STREAMS = ("stdout", "stderr")
+
+
+def read_lines(path: Path) -> list[OutputLine]:
+    """Split a raw log exactly as the sandbox did while it streamed."""
+    splitter = LineSplitter()
+    stream = path.suffix.lstrip(".")
+    raw = []
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            raw.extend(splitter.feed(chunk))
+    raw.extend(splitter.flush())
+    return [
+        OutputLine(stream=stream, line_no=number, text=line.text(), nbytes=line.nbytes, truncated=line.truncated)
+        for number, line in enumerate(raw, start=1)
+    ]
+
+
+def replay_attempt_logs(
+    logs_dir: Path, attempt_id: int, stored: dict[tuple[int, str, str], int], sink: EventSink, adapter: Any
+) -> int:
+    """Emit the lines of every raw log past what the store has; returns how many were added."""
+    if not logs_dir.is_dir():
+        return 0
+    added = 0
+    for path in sorted(logs_dir.iterdir()):
+        if path.suffix.lstrip(".") not in STREAMS:
+            continue
+        log_name, stream = path.stem, path.suffix.lstrip(".")
+        kind = log_kind(log_name)
+        done = stored.get((attempt_id, log_name, stream)) or 0
+        for line in read_lines(path)[done:]:
+            base = {"log": log_name, "stream": stream, "line_no": line.line_no, "replayed": True}
+            if kind == "transcript" and adapter is not None:
+                for event in adapter.parse(line):
+                    sink.emit(kind, {**base, **event})
+            else:
+                sink.emit(kind, {**base, "text": line.text, "nbytes": line.nbytes, "truncated": line.truncated})
+            added += 1
+    return added

@@ -1,0 +1,66 @@
+"""Creating a run: the job plan (repo tasks × agents) and a snapshot of the spec it runs under.
+
+The snapshot makes a run self-contained: resuming it later uses the spec as it was, even if
+benchmark.yaml has changed since.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .spec import Benchmark
+from .store import dumps, open_for_writing
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    suite: str
+    agents: list[str]
+    hosts: list[str]
+    jobs: int | None = None
+    name: str | None = None
+
+
+def new_run_id() -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{secrets.token_hex(2)}"
+
+
+def create_run(bench: Benchmark, plan: RunPlan, db_path: Path, data_root: Path) -> str:
+    """Insert the run and its queued jobs in one transaction; returns the run id."""
+    suite = bench.suite(plan.suite)
+    for agent in plan.agents:
+        bench.agent(agent)
+    for host in plan.hosts:
+        bench.host(host)
+    run_id = new_run_id()
+    now = time.time()
+    conn = open_for_writing(db_path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(
+            "INSERT INTO runs (id, name, benchmark_path, base_dir, suite, spec_json, options_json, data_dir, state,"
+            " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?)",
+            (run_id, plan.name or f"{plan.suite} × {', '.join(plan.agents)}", str(bench.source_path),
+             str(bench.base_dir), plan.suite, dumps(bench.snapshot()),
+             dumps({"agents": plan.agents, "hosts": plan.hosts, "jobs": plan.jobs}),
+             str(data_root / run_id), now),
+        )
+        conn.executemany(
+            "INSERT INTO jobs (run_id, key, suite, repo_id, agent, gpus_needed, state, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
+            [(run_id, f"{repo.id}/{agent}", plan.suite, repo.id, agent, repo.gpus_needed(), now)
+             for repo in suite.repos for agent in plan.agents],
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    finally:
+        conn.close()
+    (data_root / run_id).mkdir(parents=True, exist_ok=True)
+    return run_id

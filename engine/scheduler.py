@@ -1,0 +1,359 @@
+"""The engine of one run: dispatches jobs onto host slots and GPUs, applies controls, keeps heartbeats.
+
+Everything it knows lives in the store, so a run that dies can be resumed by another engine process:
+`recover()` marks the attempts that were running as interrupted (`error`/`infra`), replays their raw
+logs so no output line is lost, and queues their jobs again as new attempts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from .agents import adapter_for
+from .checkout import PristineCache
+from .hosts import HostPool, Lease, build_hosts
+from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
+from .recovery import replay_attempt_logs
+from .sandbox.process import kill_stale_group
+from .spec import Benchmark, benchmark_from_snapshot
+from .store import StoreWriter, connect, dumps
+
+HEARTBEAT_S = 2.0
+CONTROL_POLL_S = 0.25
+STALE_AFTER_S = 15.0
+FINISHED_JOB_STATES = {"done", "error", "cancelled"}
+
+
+class Display(Protocol):
+    def started(self, run_id: str, total: int, db: Path, data_dir: Path) -> None: ...
+    def job_finished(self, job: dict[str, Any], outcome: AttemptOutcome) -> None: ...
+    def message(self, text: str) -> None: ...
+    def finished(self, state: str) -> None: ...
+
+
+class EngineBusy(Exception):
+    """Another live engine owns this run."""
+
+
+@dataclass
+class Running:
+    """A job whose attempt is under way; `stop_reason` says why the engine cancelled it, if it did."""
+
+    task: asyncio.Task
+    attempt: JobAttempt | None = None
+    stop_reason: str | None = None
+
+
+def engine_alive(run: dict[str, Any]) -> bool:
+    """A run is owned by a live engine if its heartbeat is fresh and (when local) its PID exists."""
+    if run["heartbeat_at"] is None or time.time() - run["heartbeat_at"] > STALE_AFTER_S:
+        return False
+    if run["engine_host"] == platform.node() and run["engine_pid"]:
+        try:
+            os.kill(run["engine_pid"], 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    return run["state"] in {"running", "paused"}
+
+
+class Engine:
+    def __init__(self, db_path: Path, run_id: str, display: Display, *, jobs_limit: int | None = None) -> None:
+        self.db_path = db_path
+        self.run_id = run_id
+        self.display = display
+        self.jobs_limit = jobs_limit
+        self.pending: deque[int] = deque()
+        self.running: dict[int, Running] = {}
+        self.jobs: dict[int, dict[str, Any]] = {}
+        self.paused = False
+        self.cancelled = False
+        self.interrupted = False
+        self.wake = asyncio.Event()
+        self.requeue_after: dict[int, float] = {}
+
+    # -- setup ------------------------------------------------------------------------------
+    def _load(self) -> None:
+        reader = connect(self.db_path)
+        try:
+            run = dict(reader.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone())
+            self.jobs = {row["id"]: dict(row) for row in reader.execute(
+                "SELECT * FROM jobs WHERE run_id = ? ORDER BY id", (self.run_id,))}
+        finally:
+            reader.close()
+        if engine_alive(run) and run["engine_pid"] != os.getpid():
+            raise EngineBusy(f"run {self.run_id} is being run by engine PID {run['engine_pid']} on {run['engine_host']}")
+        self.run = run
+        options = json.loads(run["options_json"])
+        self.bench: Benchmark = benchmark_from_snapshot(json.loads(run["spec_json"]), Path(run["base_dir"]))
+        self.suite = self.bench.suite(run["suite"])
+        self.pool = HostPool(build_hosts({name: self.bench.host(name) for name in options["hosts"]}))
+        self.limit = self.jobs_limit or options.get("jobs") or self.bench.defaults.concurrency
+        self.run_dir = Path(run["data_dir"])
+        agents = {name: adapter_for(name, self.bench.agent(name)) for name in options["agents"]}
+        self.ctx = RunContext(
+            writer=self.writer, run_id=self.run_id, run_dir=self.run_dir, bench=self.bench, suite=self.suite,
+            pristines=PristineCache(self.run_dir / "pristine"), agents=agents,
+        )
+
+    async def execute(self) -> str:
+        """Run (or resume) until every job is finished or the run is cancelled; returns the run state."""
+        self.writer = StoreWriter(self.db_path)
+        self.writer.start()
+        try:
+            self._load()
+            await self._claim()
+            await self._recover()
+            self.pending.extend(job_id for job_id, job in self.jobs.items() if job["state"] == "queued")
+            self.display.started(self.run_id, len(self.jobs), self.db_path, self.run_dir)
+            background = [
+                asyncio.create_task(self._heartbeat(), name="heartbeat"),
+                asyncio.create_task(self._poll_controls(), name="controls"),
+            ]
+            loop = asyncio.get_running_loop()
+            loop.add_signal_handler(signal.SIGINT, self._interrupt)
+            loop.add_signal_handler(signal.SIGTERM, self._interrupt)
+            try:
+                state = await self._dispatch_loop()
+            finally:
+                loop.remove_signal_handler(signal.SIGINT)
+                loop.remove_signal_handler(signal.SIGTERM)
+                for task in background:
+                    task.cancel()
+                await asyncio.gather(*background, return_exceptions=True)
+            self.writer.update("runs", self.run_id, {"state": state, "finished_at": time.time(), "heartbeat_at": None})
+            self.writer.event(self.run_id, "run_state", {"state": state})
+            await self.writer.flush()
+            self.display.finished(state)
+            return state
+        finally:
+            await self.writer.close()
+
+    async def _claim(self) -> None:
+        now = time.time()
+        self.writer.update("runs", self.run_id, {
+            "state": "running", "started_at": self.run["started_at"] or now, "finished_at": None,
+            "engine_pid": os.getpid(), "engine_host": platform.node(), "heartbeat_at": now,
+        })
+        for host in self.pool.hosts:
+            self.writer.execute(
+                "INSERT OR REPLACE INTO hosts (run_id, name, kind, state, inventory_json, updated_at) VALUES (?, ?, ?, 'up', ?, ?)",
+                (self.run_id, host.name, host.kind, dumps(host.inventory()), now),
+            )
+        self.writer.event(self.run_id, "run_state", {"state": "running", "pid": os.getpid()})
+        await self.writer.flush()
+
+    async def _recover(self) -> None:
+        """Attempts left `running` by a dead engine become error/infra; their jobs run again."""
+        conn = connect(self.db_path)
+        try:
+            stale = [dict(row) for row in conn.execute(
+                "SELECT * FROM attempts WHERE run_id = ? AND state = 'running'", (self.run_id,))]
+            seqs = {row[0]: row[1] or 0 for row in conn.execute(
+                "SELECT attempt_id, MAX(seq) FROM events WHERE run_id = ? GROUP BY attempt_id", (self.run_id,))}
+            groups = [(row[0], row[1]) for row in conn.execute(
+                "SELECT attempt_id, json_extract(data, '$.pgid') FROM events WHERE run_id = ? AND kind = 'process'",
+                (self.run_id,))]
+            logged = {(row[0], row[1], row[2]): row[3] for row in conn.execute(
+                "SELECT attempt_id, json_extract(data, '$.log'), json_extract(data, '$.stream'),"
+                " MAX(json_extract(data, '$.line_no')) FROM events WHERE run_id = ? AND kind IN ('output', 'transcript')"
+                " GROUP BY 1, 2, 3", (self.run_id,))}
+        finally:
+            conn.close()
+        now = time.time()
+        stale_ids = {attempt["id"]: attempt for attempt in stale}
+        for attempt_id, pgid in groups:
+            if attempt_id in stale_ids and kill_stale_group(pgid, Path(stale_ids[attempt_id]["workdir"])):
+                self.writer.event(self.run_id, "leftover_killed", {"pgid": pgid}, attempt_id=None,
+                                  job_id=stale_ids[attempt_id]["job_id"])
+        for attempt in stale:
+            job = self.jobs[attempt["job_id"]]
+            sink = EventSink(self.writer, self.run_id, job["id"], attempt["id"], seqs.get(attempt["id"], 0))
+            adapter = self.ctx.agents.get(job["agent"])
+            replayed = replay_attempt_logs(Path(attempt["workdir"]).parent / "logs", attempt["id"], logged, sink, adapter)
+            sink.emit("interrupted", {"reason": "engine stopped while the attempt ran", "replayed_lines": replayed})
+            self.writer.update("attempts", attempt["id"], {
+                "state": "error", "category": "infra", "reason": "interrupted: engine stopped", "finished_at": now,
+            })
+            self.writer.execute("UPDATE leases SET ended_at = ? WHERE attempt_id = ? AND ended_at IS NULL", (now, attempt["id"]))
+        for job in self.jobs.values():
+            if job["state"] in {"running", "paused"}:
+                job["state"] = "queued"
+                self.writer.update("jobs", job["id"], {"state": "queued", "reason": "re-queued after interruption"})
+        await self.writer.flush()
+
+    # -- dispatch ---------------------------------------------------------------------------
+    async def _dispatch_loop(self) -> str:
+        while True:
+            if not self.cancelled and not self.paused:
+                self._dispatch()
+            if not self.running and (self.cancelled or not self.pending) and not self.requeue_after:
+                if self.interrupted:
+                    return "interrupted"
+                return "cancelled" if self.cancelled else "finished"
+            self.wake.clear()
+            try:
+                await asyncio.wait_for(self.wake.wait(), timeout=CONTROL_POLL_S)
+            except TimeoutError:
+                pass
+            self._release_backoffs()
+
+    def _dispatch(self) -> None:
+        skipped: deque[int] = deque()
+        while self.pending and len(self.running) < self.limit:
+            job_id = self.pending.popleft()
+            job = self.jobs[job_id]
+            lease = self.pool.lease(job["gpus_needed"])
+            if lease is None:
+                skipped.append(job_id)
+                # A job that wants the same as this one cannot fit either; keep order otherwise.
+                continue
+            self._start(job, lease)
+        skipped.extend(self.pending)
+        self.pending = skipped
+
+    def _release_backoffs(self) -> None:
+        now = time.monotonic()
+        for job_id, when in list(self.requeue_after.items()):
+            if when <= now:
+                del self.requeue_after[job_id]
+                self.pending.append(job_id)
+
+    def _start(self, job: dict[str, Any], lease: Lease) -> None:
+        job["attempts"] += 1
+        job["state"] = "running"
+        running = Running(task=None)  # type: ignore[arg-type]
+        running.task = asyncio.create_task(self._run_job(job, running, lease), name=f"job-{job['key']}")
+        self.running[job["id"]] = running
+
+    async def _run_job(self, job: dict[str, Any], running: Running, lease: Lease) -> None:
+        number = job["attempts"]
+        now = time.time()
+        gpus = ",".join(str(gpu) for gpu in lease.gpus)
+        job["started_at"] = job["started_at"] or now
+        self.writer.update("jobs", job["id"], {
+            "state": "running", "attempts": number, "host": lease.host.name, "gpus": gpus,
+            "started_at": job["started_at"], "finished_at": None, "reason": None,
+        })
+        workdir = attempt_dir(self.run_dir, job["repo_id"], job["agent"], number) / "work"
+        attempt_id: int | None = None
+        outcome = AttemptOutcome("error", "infra", "attempt did not start")
+        try:
+            attempt_id = await self.writer.insert("attempts", {
+                "run_id": self.run_id, "job_id": job["id"], "number": number, "state": "running",
+                "host": lease.host.name, "gpus": gpus, "workdir": str(workdir), "started_at": now,
+                "heartbeat_at": now,
+            })
+            self.writer.execute(
+                "INSERT INTO leases (run_id, job_id, attempt_id, host, gpus, started_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (self.run_id, job["id"], attempt_id, lease.host.name, gpus, now),
+            )
+            sink = EventSink(self.writer, self.run_id, job["id"], attempt_id)
+            running.attempt = JobAttempt(self.ctx, job, number, attempt_id, lease, sink)
+            sink.emit("job_state", {"state": "running", "attempt": number, "host": lease.host.name, "gpus": list(lease.gpus)})
+            outcome = await running.attempt.execute()
+        except asyncio.CancelledError:
+            outcome = AttemptOutcome("cancelled", reason=running.stop_reason)
+        except Exception as error:  # a bug or an unexpected infrastructure fault: the run goes on
+            outcome = AttemptOutcome("error", "infra", f"{type(error).__name__}: {error}")
+        finally:
+            self.pool.release(lease)
+            del self.running[job["id"]]
+            self.wake.set()
+        self._finish_attempt(job, attempt_id, running, outcome)
+
+    def _finish_attempt(
+        self, job: dict[str, Any], attempt_id: int | None, running: Running, outcome: AttemptOutcome
+    ) -> None:
+        now = time.time()
+        stop = running.stop_reason
+        attempt_state, category, reason = outcome.state, outcome.category, outcome.reason
+        if stop == "shutdown":
+            attempt_state, category, reason = "error", "infra", "interrupted by operator"
+        elif stop == "retry":
+            reason = "superseded by a retry"
+        elif stop == "cancel":
+            reason = "cancelled by operator"
+        if attempt_id is not None:
+            self.writer.update("attempts", attempt_id, {
+                "state": attempt_state, "category": category, "reason": reason, "finished_at": now, "phase": None,
+            })
+            self.writer.execute("UPDATE leases SET ended_at = ? WHERE attempt_id = ?", (now, attempt_id))
+        if stop in {"retry", "shutdown"}:
+            job_state = "queued"
+            if stop == "retry":
+                self.pending.append(job["id"])
+        elif outcome.state == "error" and outcome.category == "infra" and self._may_retry_infra(job):
+            job_state = "queued"
+            self.requeue_after[job["id"]] = time.monotonic() + self.bench.defaults.retries.backoff_s * job["attempts"]
+        else:
+            job_state = outcome.state
+        job["state"] = job_state
+        self.writer.update("jobs", job["id"], {
+            "state": job_state, "reason": reason, "finished_at": now if job_state in FINISHED_JOB_STATES else None,
+        })
+        self.writer.event(
+            self.run_id, "job_state",
+            {"state": job_state, "attempt_state": attempt_state, "category": category, "reason": reason},
+            job_id=job["id"], attempt_id=None,
+        )
+        if job_state in FINISHED_JOB_STATES:
+            self.display.job_finished(job, AttemptOutcome(attempt_state, category, reason))
+
+    def _may_retry_infra(self, job: dict[str, Any]) -> bool:
+        infra_attempts = job.get("infra_failures", 0) + 1
+        job["infra_failures"] = infra_attempts
+        return infra_attempts <= self.bench.defaults.retries.infra
+
+    # -- heartbeats and shutdown ------------------------------------------------------------
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(HEARTBEAT_S)
+            now = time.time()
+            self.writer.update("runs", self.run_id, {"heartbeat_at": now})
+            self.writer.execute(
+                "UPDATE attempts SET heartbeat_at = ? WHERE run_id = ? AND state = 'running'", (now, self.run_id)
+            )
+
+    def _interrupt(self) -> None:
+        """Ctrl-C / SIGTERM: kill every sandbox, record the attempts as interrupted, stop."""
+        if self.cancelled:
+            return
+        self.display.message("interrupted: stopping jobs (resume with `resenv run --resume %s`)" % self.run_id)
+        self.cancelled = True
+        self.interrupted = True
+        for running in self.running.values():
+            running.stop_reason = "shutdown"
+            running.task.cancel()
+        self.wake.set()
+
+    # -- controls ---------------------------------------------------------------------------
+    async def _poll_controls(self) -> None:
+        from .controls import ControlApplier
+
+        applier = ControlApplier(self)
+        reader = connect(self.db_path, readonly=True)
+        try:
+            while True:
+                rows = [dict(row) for row in reader.execute(
+                    "SELECT * FROM controls WHERE run_id = ? AND acked_at IS NULL ORDER BY id", (self.run_id,))]
+                for control in rows:
+                    ack, message = applier.apply(control)
+                    self.writer.update("controls", control["id"], {"acked_at": time.time(), "ack": ack, "ack_message": message})
+                    self.writer.event(self.run_id, "control", {**control, "ack": ack, "ack_message": message},
+                                      job_id=control["job_id"])
+                if rows:
+                    await self.writer.flush()
+                await asyncio.sleep(CONTROL_POLL_S)
+        finally:
+            reader.close()

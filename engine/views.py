@@ -1,0 +1,53 @@
+"""Read-side shapes shared by `resenv show`, reports and the dashboard."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from .store import StoreReader
+
+TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
+GLYPHS = {"pass": "✓", "fail": "✗", "skip": "–", "error": "!", None: "·"}
+
+
+def tier_glyphs(tiers: dict[str, str | None]) -> str:
+    return "  ".join(GLYPHS.get(tiers.get(tier), "?") for tier in TIERS)
+
+
+def job_rows(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
+    """One row per job: where it ran, its state, the latest status of each tier, agent time."""
+    tiers: dict[int, dict[str, str]] = {}
+    for result in reader.rows(
+        "SELECT job_id, tier, status FROM tier_results WHERE run_id = ? ORDER BY id", (run_id,)
+    ):
+        tiers.setdefault(result["job_id"], {})[result["tier"]] = result["status"]
+    agent_time = {
+        row["job_id"]: row["seconds"] for row in reader.rows(
+            "SELECT a.job_id, SUM(p.finished_at - p.started_at) AS seconds FROM phases p"
+            " JOIN attempts a ON a.id = p.attempt_id WHERE a.run_id = ? AND p.name = 'agent'"
+            " AND a.number = (SELECT MAX(number) FROM attempts WHERE job_id = a.job_id) GROUP BY a.job_id",
+            (run_id,),
+        )
+    }
+    rows = []
+    for job in reader.jobs(run_id):
+        where = job["host"] or "—"
+        if job["gpus"]:
+            where += f":{job['gpus']}"
+        seconds = agent_time.get(job["id"])
+        rows.append({
+            **job,
+            "where": where,
+            "tiers": tiers.get(job["id"], {}),
+            "agent_seconds": f"{seconds:.1f}" if seconds is not None else "—",
+            "elapsed": _elapsed(job),
+        })
+    return rows
+
+
+def _elapsed(job: dict[str, Any]) -> str:
+    if not job["started_at"]:
+        return "—"
+    end = job["finished_at"] or time.time()
+    return f"{end - job['started_at']:.1f}s"

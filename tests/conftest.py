@@ -1,0 +1,53 @@
+"""Shared fixtures: small benchmarks written into tmp dirs, and helpers to run the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESENV = [sys.executable, "-m", "resenv.engine.cli"]
+
+
+def write_benchmark(root: Path, repos: dict[str, dict[str, str]], agents: str, *, hosts: str = "", defaults: str = "") -> Path:
+    """A benchmark.yaml in `root` with bundled repos (id -> {file: content}) and the given agents block."""
+    repo_entries = []
+    for repo_id, files in repos.items():
+        tree = root / "suites" / repo_id
+        tree.mkdir(parents=True, exist_ok=True)
+        for name, content in files.items():
+            (tree / name).write_text(content)
+        repo_entries.append(textwrap.dedent(f"""\
+              - id: {repo_id}
+                source: {{path: suites/{repo_id}}}
+                entrypoints:
+                  cpu: {{command: "{{python}} main.py"}}
+                not_applicable: {{single_gpu: no GPU code, multi_gpu: no GPU code}}
+        """))
+    text = "version: 1\n"
+    text += "defaults:\n  suite: s\n  agent: a\n  host: local\n  retries: {infra: 0, backoff_s: 0.1}\n" + defaults
+    text += "hosts:\n  local: {kind: local, slots: 4, gpus: 0}\n" + hosts
+    text += "agents:\n" + textwrap.indent(textwrap.dedent(agents), "  ")
+    text += "suites:\n  s:\n    repos:\n" + textwrap.indent("".join(repo_entries), "    ")
+    path = root / "benchmark.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for CLI subprocesses: a private DB and data dir."""
+    env = dict(os.environ)
+    env["RESENV_DB"] = str(tmp_path / "store.db")
+    env["RESENV_DATA_DIR"] = str(tmp_path / "data")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def resenv(*args: str, env: dict[str, str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*RESENV, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
