@@ -1,0 +1,343 @@
+"""Tier C5: audit the agent's ``report.json`` against what the probes observed.
+
+Every claim in the report is compared with an observation; each false claim is one
+:class:`Hallucination` of kind ``path``, ``version`` or ``capability``. The rules, exactly:
+
+* **No claim, no hallucination.** A key that is absent or ``null`` is honest uncertainty and is never
+  counted. A claim with nothing observed to compare it with (``None`` in :class:`Observations`) is
+  listed in ``unverifiable`` and is never counted either.
+* **path** (``python_path``): the probes run the claimed interpreter, so the observed path *is* the
+  claim; what is checked is that it exists, is executable and runs. At most one ``path`` hallucination,
+  naming the first failed check in that order (a missing file is not also counted as "does not run").
+* **version** (``python_version``, ``framework.version``): compared on the components the claim gives.
+  ``"3.11"`` matches ``3.11.7``; ``"3.11.7"`` vs ``3.11.9`` is false; a ``Python `` / ``v`` prefix and a
+  trailing `` (main, ...) [GCC ...]`` (as in ``sys.version``) are ignored; missing trailing release
+  components of the observation count as 0 (PEP 440: ``2.0.0`` == ``2.0``). A pre/post/dev suffix or a
+  local label (``+cu121``) is compared only when the claim gives one: ``"2.3.1"`` matches
+  ``2.3.1+cpu``, but ``"2.3.1+cu121"`` vs ``2.3.1+cpu`` (or vs a plain ``2.3.1``) is false, since it
+  claims a different build. A claim that is
+  not a version at all (``"latest"``) is false unless it equals the observation verbatim.
+  ``framework.version`` is only compared when the claimed framework name matches the observed one;
+  otherwise the version is about a package that was not measured and is ``unverifiable`` (the wrong
+  name is the one hallucination).
+* **capability**: ``framework.name`` differing from the observed framework (names normalized:
+  ``pytorch`` == ``torch``, ``tf`` == ``tensorflow``, ``tensorflow-gpu`` == ``tensorflow``, ...) - the
+  agent claims the env can run a framework it does not have, so this is a capability claim, not a
+  version one. Observed framework :data:`NO_FRAMEWORK` (``"none"``) means the probes looked and found
+  none importable, so any claimed name is false. ``cuda_available`` true/false contradicted by the
+  observation; ``gpu_count`` different from the observed count; ``ddp_expected_ok`` contradicted by C4
+  (true but C4 failed - and, symmetrically, false but C4 passed: a false claim either way). C4 skipped
+  or not run (``ddp_ok`` None) leaves the DDP claim ``unverifiable``.
+* **status**: a missing or invalid report is ``fail`` with category ``missing_report`` /
+  ``invalid_report`` and no hallucinations (those are counted apart). Otherwise ``pass`` iff there
+  are no hallucinations - but ``skip`` when not a single claim could be compared (nothing observed),
+  so an unmeasured job never scores as a clean pass. ``error`` means the audit itself broke (a bug or
+  an unexpected ``ReportLoad``); the reason is in ``report_errors``.
+
+Claims in ``packages`` are listed as unverifiable (no observation covers them); ``notes`` is not a claim.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, NamedTuple
+
+from resenv.probes.report import ReportLoad, validate_report
+
+NO_FRAMEWORK = "none"
+"""``Observations.framework`` value meaning: the probes checked and no framework was importable."""
+
+HallucinationKind = Literal["path", "version", "capability"]
+
+
+@dataclass(frozen=True)
+class Observations:
+    """What the probes measured in the claimed interpreter (None = not measured)."""
+
+    python_path: str | None = None
+    python_exists: bool | None = None
+    python_executable: bool | None = None
+    python_runs: bool | None = None
+    python_version: str | None = None
+    framework: str | None = None  # import name, e.g. "torch"; NO_FRAMEWORK if none importable
+    framework_version: str | None = None
+    cuda_available: bool | None = None
+    gpu_count: int | None = None
+    ddp_ok: bool | None = None  # C4 outcome; None if C4 skipped / not run / not applicable
+
+
+@dataclass(frozen=True)
+class Hallucination:
+    claim: str  # JSON path of the claim, e.g. "gpu_count", "framework.version"
+    kind: HallucinationKind
+    claimed: Any
+    observed: Any
+    message: str
+
+
+@dataclass(frozen=True)
+class AuditResult:
+    status: Literal["pass", "fail", "error", "skip"]
+    category: Literal["missing_report", "invalid_report"] | None = None
+    hallucinations: list[Hallucination] = field(default_factory=list)
+    checked: list[str] = field(default_factory=list)  # claims compared with an observation
+    unverifiable: list[str] = field(default_factory=list)  # claims made, nothing observed to compare
+    report_errors: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------------------------------------
+# versions
+
+_VERSION_RE = re.compile(
+    r"""
+    ^\s*(?:python\s*)?v?
+    (?:(?P<epoch>\d+)!)?
+    (?P<release>\d+(?:\.\d+)*)
+    (?:[-_.]?(?P<pre_l>alpha|beta|preview|pre|rc|a|b|c)[-_.]?(?P<pre_n>\d+)?)?
+    (?:-(?P<post_n1>\d+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>\d+)?)?
+    (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>\d+)?)?
+    (?P<plus>\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*)?)?
+    (?:\s+\(.*)?$
+    """,
+    re.VERBOSE | re.IGNORECASE | re.DOTALL,
+)
+_PRE_NAMES = {"alpha": "a", "a": "a", "beta": "b", "b": "b", "c": "rc", "rc": "rc", "pre": "rc", "preview": "rc"}
+
+
+class Version(NamedTuple):
+    epoch: int | None
+    release: tuple[int, ...]
+    pre: tuple[str, int] | None
+    post: int | None
+    dev: int | None
+    local: tuple[str, ...] | None  # None: no label given; () for a bare "+"
+
+
+def parse_version(text: str) -> Version | None:
+    """A lenient PEP 440 parse (plus ``Python 3.11.7`` / ``v1.2``); None if it is not a version."""
+    m = _VERSION_RE.match(text)
+    if not m:
+        return None
+    g = m.groupdict()
+    pre = (_PRE_NAMES[g["pre_l"].lower()], int(g["pre_n"] or 0)) if g["pre_l"] else None
+    if g["post_n1"] is not None:
+        post: int | None = int(g["post_n1"])
+    elif g["post_l"]:
+        post = int(g["post_n2"] or 0)
+    else:
+        post = None
+    dev = int(g["dev_n"] or 0) if g["dev_l"] else None
+    local = tuple(re.split(r"[-_.]", g["local"].lower())) if g["local"] else (() if g["plus"] else None)
+    return Version(
+        epoch=int(g["epoch"]) if g["epoch"] is not None else None,
+        release=tuple(int(x) for x in g["release"].split(".")),
+        pre=pre, post=post, dev=dev, local=local,
+    )
+
+
+def normalize_version(text: str) -> str:
+    """``"Python 3.11.7 (main, ...)"`` -> ``"3.11.7"``; text that is not a version comes back stripped."""
+    v = parse_version(text)
+    if v is None:
+        return text.strip()
+    out = (f"{v.epoch}!" if v.epoch is not None else "") + ".".join(map(str, v.release))
+    if v.pre:
+        out += f"{v.pre[0]}{v.pre[1]}"
+    if v.post is not None:
+        out += f".post{v.post}"
+    if v.dev is not None:
+        out += f".dev{v.dev}"
+    if v.local is not None:
+        out += "+" + ".".join(v.local)
+    return out
+
+
+def version_matches(claimed: str, observed: str) -> bool | None:
+    """True/False: the claim holds/fails on the components it gives. None: the observation is not a
+    version and differs from the claim verbatim, so nothing can be said."""
+    if claimed.strip().lower() == observed.strip().lower():
+        return True
+    c, o = parse_version(claimed), parse_version(observed)
+    if o is None:
+        return None
+    if c is None:
+        return False
+    if c.epoch is not None and c.epoch != (o.epoch or 0):
+        return False
+    obs_release = o.release + (0,) * max(0, len(c.release) - len(o.release))
+    if c.release != obs_release[: len(c.release)]:
+        return False
+    if c.pre is not None and c.pre != o.pre:
+        return False
+    if c.post is not None and c.post != o.post:
+        return False
+    if c.dev is not None and c.dev != o.dev:
+        return False
+    if c.local is not None and c.local != o.local:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------------
+# framework names
+
+_FRAMEWORK_ALIASES = {
+    "pytorch": "torch", "torch": "torch",
+    "tf": "tensorflow", "tensorflow": "tensorflow", "tensorflow_gpu": "tensorflow",
+    "tensorflow_cpu": "tensorflow", "tf_nightly": "tensorflow", "tensorflow_macos": "tensorflow",
+    "jax": "jax", "jaxlib": "jax",
+    "paddle": "paddle", "paddlepaddle": "paddle", "paddlepaddle_gpu": "paddle",
+    "mxnet": "mxnet", "mindspore": "mindspore",
+}
+
+
+def normalize_framework(name: str) -> str:
+    """``"PyTorch"`` -> ``"torch"``, ``"tensorflow-gpu"`` -> ``"tensorflow"``, ``"jax[cuda12]"`` -> ``"jax"``."""
+    key = re.sub(r"\[.*\]$", "", name.strip().lower())
+    key = re.sub(r"[-_. ]+", "_", key)
+    return _FRAMEWORK_ALIASES.get(key, key)
+
+
+# ------------------------------------------------------------------------------------------------
+# the audit
+
+
+def audit(load: ReportLoad, observed: Observations) -> AuditResult:
+    """Compare every claim of a loaded report with the observations (rules in the module docstring)."""
+    if load.status == "missing":
+        return AuditResult(status="fail", category="missing_report", report_errors=list(load.errors))
+    if load.status == "invalid":
+        return AuditResult(status="fail", category="invalid_report", report_errors=list(load.errors))
+    if load.status != "ok":
+        return AuditResult(status="error", report_errors=[f"$: unexpected report load status {load.status!r}"])
+    if load.report is None:
+        return AuditResult(status="error", report_errors=["$: report load is ok but carries no report"])
+    # A ReportLoad built by hand bypasses load_report's validation; never compare untyped claims.
+    errors = validate_report(load.report)
+    if errors:
+        return AuditResult(status="fail", category="invalid_report", report_errors=errors)
+    try:
+        return _audit(load.report, observed)
+    except Exception as e:  # the judge must not take the job down; surface it as an audit error
+        return AuditResult(status="error", report_errors=[f"$: audit failed: {type(e).__name__}: {e}"])
+
+
+class _Ledger:
+    def __init__(self) -> None:
+        self.hallucinations: list[Hallucination] = []
+        self.checked: list[str] = []
+        self.unverifiable: list[str] = []
+
+    def false(self, claim: str, kind: HallucinationKind, claimed: Any, observed: Any, message: str) -> None:
+        self.checked.append(claim)
+        self.hallucinations.append(Hallucination(claim, kind, claimed, observed, message))
+
+
+def _audit(report: dict[str, Any], obs: Observations) -> AuditResult:
+    led = _Ledger()
+    _check_path(report.get("python_path"), obs, led)
+    _check_version("python_version", report.get("python_version"), obs.python_version, "Python", led)
+    _check_framework(report.get("framework"), obs, led)
+    _check_bool("cuda_available", report.get("cuda_available"), obs.cuda_available,
+                "CUDA available", led)
+    _check_gpu_count(report.get("gpu_count"), obs.gpu_count, led)
+    _check_bool("ddp_expected_ok", report.get("ddp_expected_ok"), obs.ddp_ok,
+                "the multi-GPU (C4) run succeeds", led)
+    if report.get("packages"):
+        led.unverifiable.append("packages")
+    if led.hallucinations:
+        status = "fail"
+    elif led.checked:
+        status = "pass"
+    else:
+        status = "skip"
+    return AuditResult(status=status, category=None, hallucinations=led.hallucinations,
+                       checked=led.checked, unverifiable=led.unverifiable)
+
+
+def _check_path(claim: str | None, obs: Observations, led: _Ledger) -> None:
+    if claim is None:
+        return
+    checks = [(obs.python_exists, "does not exist"), (obs.python_executable, "is not executable"),
+              (obs.python_runs, "does not run")]
+    if all(seen is None for seen, _ in checks):
+        led.unverifiable.append("python_path")
+        return
+    for seen, what in checks:
+        if seen is False:
+            led.false("python_path", "path", claim, what, f"claimed interpreter {claim} {what}")
+            return
+    led.checked.append("python_path")
+
+
+def _check_version(claim_path: str, claim: str | None, seen: str | None, what: str, led: _Ledger) -> None:
+    if claim is None:
+        return
+    if seen is None:
+        led.unverifiable.append(claim_path)
+        return
+    ok = version_matches(claim, seen)
+    if ok is None:
+        led.unverifiable.append(claim_path)
+    elif ok:
+        led.checked.append(claim_path)
+    else:
+        shown = normalize_version(seen)
+        if parse_version(claim) is None:
+            msg = f"claimed {what} version {claim!r} is not a version; observed {shown}"
+        else:
+            msg = f"claimed {what} {normalize_version(claim)}, observed {shown}"
+        led.false(claim_path, "version", claim, seen, msg)
+
+
+def _check_framework(claim: dict[str, Any] | None, obs: Observations, led: _Ledger) -> None:
+    if claim is None:
+        return
+    name, version = str(claim.get("name")), claim.get("version")
+    if obs.framework is None:
+        led.unverifiable.append("framework.name")
+        if version is not None:
+            led.unverifiable.append("framework.version")
+        return
+    if obs.framework.strip().lower() == NO_FRAMEWORK:
+        led.false("framework.name", "capability", name, None,
+                  f"claimed framework {name}, but no framework is importable")
+        if version is not None:
+            led.unverifiable.append("framework.version")
+        return
+    if normalize_framework(name) != normalize_framework(obs.framework):
+        led.false("framework.name", "capability", name, obs.framework,
+                  f"claimed framework {name}, observed {obs.framework}")
+        if version is not None:
+            led.unverifiable.append("framework.version")
+        return
+    led.checked.append("framework.name")
+    _check_version("framework.version", version, obs.framework_version, normalize_framework(name), led)
+
+
+def _check_bool(claim_path: str, claim: bool | None, seen: bool | None, what: str, led: _Ledger) -> None:
+    if claim is None:
+        return
+    if seen is None:
+        led.unverifiable.append(claim_path)
+    elif claim == seen:
+        led.checked.append(claim_path)
+    else:
+        said = "claimed" if claim else "denied"
+        fact = "it does" if seen else "it does not"
+        led.false(claim_path, "capability", claim, seen, f"{said} that {what}, but {fact}")
+
+
+def _check_gpu_count(claim: int | float | None, seen: int | None, led: _Ledger) -> None:
+    if claim is None:
+        return
+    if seen is None:
+        led.unverifiable.append("gpu_count")
+    elif claim == seen:
+        led.checked.append("gpu_count")
+    else:
+        led.false("gpu_count", "capability", claim, seen, f"claimed {claim:g} GPUs, observed {seen}")

@@ -1,0 +1,226 @@
+"""C5 audit: claims vs observations, with reports loaded from real files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from resenv.probes.audit import (
+    NO_FRAMEWORK,
+    AuditResult,
+    Observations,
+    audit,
+    normalize_framework,
+    normalize_version,
+    version_matches,
+)
+from resenv.probes.report import ReportLoad, load_report
+
+TRUTH = Observations(
+    python_path="/sb/env/bin/python", python_exists=True, python_executable=True, python_runs=True,
+    python_version="3.11.7", framework="torch", framework_version="2.3.1+cu121",
+    cuda_available=True, gpu_count=2, ddp_ok=True,
+)
+TRUTHFUL = {
+    "python_path": "/sb/env/bin/python",
+    "python_version": "3.11.7",
+    "framework": {"name": "torch", "version": "2.3.1+cu121"},
+    "cuda_available": True,
+    "gpu_count": 2,
+    "ddp_expected_ok": True,
+    "packages": {"torch": "2.3.1"},
+    "notes": "ok",
+}
+ALL_CLAIMS = ["python_path", "python_version", "framework.name", "framework.version",
+              "cuda_available", "gpu_count", "ddp_expected_ok"]
+
+
+def loaded(tmp_path: Path, doc: object) -> ReportLoad:
+    (tmp_path / "report.json").write_text(json.dumps(doc))
+    r = load_report(tmp_path / "report.json", sandbox_root=tmp_path)
+    return r
+
+
+def run(tmp_path: Path, doc: dict, obs: Observations = TRUTH) -> AuditResult:
+    load = loaded(tmp_path, doc)
+    assert load.status == "ok", load.errors
+    return audit(load, obs)
+
+
+def test_truthful_report_passes(tmp_path: Path) -> None:
+    res = run(tmp_path, TRUTHFUL)
+    assert res.status == "pass" and res.category is None
+    assert res.hallucinations == []
+    assert res.checked == ALL_CLAIMS
+    assert res.unverifiable == ["packages"]
+
+
+def test_three_lies_give_exactly_three_hallucinations(tmp_path: Path) -> None:
+    lies = dict(TRUTHFUL, python_path="/sb/nonexistent/bin/python", python_version="3.10.12", gpu_count=8)
+    obs = Observations(
+        python_path="/sb/nonexistent/bin/python", python_exists=False, python_executable=False,
+        python_runs=False, python_version="3.11.7", framework="torch", framework_version="2.3.1+cu121",
+        cuda_available=True, gpu_count=2, ddp_ok=True,
+    )
+    res = run(tmp_path, lies, obs)
+    assert res.status == "fail" and res.category is None
+    got = [(h.claim, h.kind) for h in res.hallucinations]
+    assert got == [("python_path", "path"), ("python_version", "version"), ("gpu_count", "capability")]
+    path, ver, gpus = res.hallucinations
+    assert "does not exist" in path.message and path.observed == "does not exist"
+    assert (ver.claimed, ver.observed) == ("3.10.12", "3.11.7")
+    assert (gpus.claimed, gpus.observed) == (8, 2)
+    assert res.checked == ALL_CLAIMS
+
+
+@pytest.mark.parametrize(("exists", "executable", "runs", "what"), [
+    (True, False, False, "is not executable"),
+    (True, True, False, "does not run"),
+    (None, None, False, "does not run"),
+])
+def test_path_hallucination_says_which_check_failed(tmp_path: Path, exists, executable, runs, what) -> None:
+    obs = Observations(python_exists=exists, python_executable=executable, python_runs=runs)
+    res = run(tmp_path, {"python_path": "/sb/env/bin/python"}, obs)
+    assert [(h.kind, h.observed) for h in res.hallucinations] == [("path", what)]
+
+
+def test_nulls_and_absent_keys_are_never_hallucinations(tmp_path: Path) -> None:
+    doc = {"python_path": "/sb/env/bin/python", "python_version": None, "framework": None,
+           "cuda_available": None, "gpu_count": None, "ddp_expected_ok": None, "packages": None}
+    liar_world = Observations(python_exists=True, python_executable=True, python_runs=True,
+                              python_version="2.7.18", framework="jax", framework_version="0.4.1",
+                              cuda_available=False, gpu_count=0, ddp_ok=False)
+    res = run(tmp_path, doc, liar_world)
+    assert res.status == "pass" and res.hallucinations == []
+    assert res.checked == ["python_path"] and res.unverifiable == []
+    res = run(tmp_path, {"python_path": "/x", "framework": {"name": "jax", "version": None}}, liar_world)
+    assert res.hallucinations == [] and res.checked == ["python_path", "framework.name"]
+
+
+@pytest.mark.parametrize(("claimed", "observed", "ok"), [
+    ("3.11", "3.11.7", True),
+    ("3", "3.11.7", True),
+    ("3.11.7", "3.11.7", True),
+    ("Python 3.11.7", "3.11.7", True),
+    ("3.11.7", "Python 3.11.7", True),
+    ("3.11.7", "3.11.7 (main, May  9 2026, 07:35:25) [GCC 12.2.0]", True),
+    ("3.11.7", "3.11.9", False),
+    ("3.12", "3.11.7", False),
+    ("3.1", "3.11.7", False),
+    ("3.11.7.0", "3.11.7", True),
+    ("3.11.7rc1", "3.11.7", False),
+    ("3.13.0rc1", "3.13.0rc1", True),
+    ("3.13.0c1", "3.13.0rc1", True),
+    ("latest", "3.11.7", False),
+])
+def test_python_version_prefix_matching(tmp_path: Path, claimed: str, observed: str, ok: bool) -> None:
+    assert version_matches(claimed, observed) is ok
+    res = run(tmp_path, {"python_path": "/x", "python_version": claimed},
+              Observations(python_version=observed))
+    assert [h.claim for h in res.hallucinations] == ([] if ok else ["python_version"])
+    assert all(h.kind == "version" for h in res.hallucinations)
+
+
+@pytest.mark.parametrize(("claimed", "observed", "ok"), [
+    ("2.13.0", "2.13.0+cpu", True),
+    ("2.13", "2.13.0+cpu", True),
+    ("2.13.0+cpu", "2.13.0+cpu", True),
+    ("2.13.0+CPU", "2.13.0+cpu", True),
+    ("2.13.0+cu121", "2.13.0+cpu", False),
+    ("2.13.0+cu121", "2.13.0", False),
+    ("2.13.1", "2.13.0+cpu", False),
+    ("2.4.0.dev20240601", "2.4.0.dev20240601+cu121", True),
+    ("2.4.0.dev20240501", "2.4.0.dev20240601+cu121", False),
+])
+def test_framework_version_local_labels(tmp_path: Path, claimed: str, observed: str, ok: bool) -> None:
+    assert version_matches(claimed, observed) is ok
+    obs = Observations(framework="tensorflow", framework_version=observed)
+    res = run(tmp_path, {"python_path": "/x", "framework": {"name": "tensorflow", "version": claimed}}, obs)
+    assert [(h.claim, h.kind) for h in res.hallucinations] == ([] if ok else [("framework.version", "version")])
+    assert res.checked == ["framework.name", "framework.version"]
+
+
+def test_unparseable_observed_version_is_unverifiable(tmp_path: Path) -> None:
+    assert version_matches("2.1", "unknown") is None
+    res = run(tmp_path, {"python_path": "/x", "framework": {"name": "torch", "version": "2.1"}},
+              Observations(framework="torch", framework_version="unknown"))
+    assert res.hallucinations == [] and res.unverifiable == ["python_path", "framework.version"]
+
+
+def test_framework_name_mismatch_is_one_capability_hallucination(tmp_path: Path) -> None:
+    doc = {"python_path": "/x", "framework": {"name": "PyTorch", "version": "2.3.1"}}
+    assert run(tmp_path, doc, TRUTH).hallucinations == []  # PyTorch == torch
+    res = run(tmp_path, doc, Observations(framework="jax", framework_version="0.4.30"))
+    assert [(h.claim, h.kind, h.observed) for h in res.hallucinations] == [("framework.name", "capability", "jax")]
+    assert res.unverifiable == ["python_path", "framework.version"]
+    res = run(tmp_path, doc, Observations(framework=NO_FRAMEWORK))
+    assert [(h.claim, h.kind) for h in res.hallucinations] == [("framework.name", "capability")]
+    assert normalize_framework("tensorflow-gpu") == "tensorflow" and normalize_framework("jax[cuda12]") == "jax"
+
+
+def test_cuda_claims_both_ways(tmp_path: Path) -> None:
+    for claim, seen in ((True, False), (False, True)):
+        res = run(tmp_path, {"python_path": "/x", "cuda_available": claim}, Observations(cuda_available=seen))
+        assert [(h.claim, h.kind, h.claimed, h.observed) for h in res.hallucinations] == [
+            ("cuda_available", "capability", claim, seen)]
+
+
+def test_gpu_count_zero_is_a_claim(tmp_path: Path) -> None:
+    res = run(tmp_path, {"python_path": "/x", "gpu_count": 0}, Observations(gpu_count=1))
+    assert [h.claim for h in res.hallucinations] == ["gpu_count"]
+    assert run(tmp_path, {"python_path": "/x", "gpu_count": 0}, Observations(gpu_count=0)).status == "pass"
+
+
+def test_ddp_claim_vs_c4(tmp_path: Path) -> None:
+    doc = {"python_path": "/x", "ddp_expected_ok": True}
+    failed = run(tmp_path, doc, Observations(ddp_ok=False))
+    assert [(h.claim, h.kind) for h in failed.hallucinations] == [("ddp_expected_ok", "capability")]
+    assert failed.status == "fail"
+    skipped = run(tmp_path, doc, Observations(python_exists=True, ddp_ok=None))
+    assert skipped.hallucinations == [] and skipped.unverifiable == ["ddp_expected_ok"]
+    assert skipped.status == "pass" and skipped.checked == ["python_path"]
+    # the symmetric false claim: "DDP will not work" while C4 passed
+    denied = run(tmp_path, {"python_path": "/x", "ddp_expected_ok": False}, Observations(ddp_ok=True))
+    assert [h.claim for h in denied.hallucinations] == ["ddp_expected_ok"]
+
+
+def test_nothing_observed_is_skip_not_pass(tmp_path: Path) -> None:
+    res = run(tmp_path, TRUTHFUL, Observations())
+    assert res.status == "skip" and res.hallucinations == [] and res.checked == []
+    assert res.unverifiable == ["python_path", "python_version", "framework.name", "framework.version",
+                                "cuda_available", "gpu_count", "ddp_expected_ok", "packages"]
+
+
+def test_missing_report_fails_with_category_and_no_hallucinations(tmp_path: Path) -> None:
+    load = load_report(tmp_path / "report.json", sandbox_root=tmp_path)
+    res = audit(load, TRUTH)
+    assert (res.status, res.category, res.hallucinations) == ("fail", "missing_report", [])
+    assert res.report_errors == load.errors
+
+
+def test_invalid_report_fails_with_category_and_no_hallucinations(tmp_path: Path) -> None:
+    load = loaded(tmp_path, {"python_path": "/x", "gpu_count": "two", "cuda_available": "yes"})
+    res = audit(load, Observations(gpu_count=1, cuda_available=False))
+    assert (res.status, res.category, res.hallucinations) == ("fail", "invalid_report", [])
+    assert len(res.report_errors) == 2
+
+
+def test_hand_built_load_is_revalidated(tmp_path: Path) -> None:
+    res = audit(ReportLoad(status="ok", report={"python_path": "/x", "gpu_count": "two"}), TRUTH)
+    assert (res.status, res.category, res.hallucinations) == ("fail", "invalid_report", [])
+    assert audit(ReportLoad(status="ok", report=None), TRUTH).status == "error"
+
+
+def test_result_serializes(tmp_path: Path) -> None:
+    res = run(tmp_path, dict(TRUTHFUL, gpu_count=4))
+    d = res.to_dict()
+    json.dumps(d)
+    assert d["hallucinations"][0]["claim"] == "gpu_count"
+
+
+def test_normalize_version() -> None:
+    assert normalize_version("Python 3.11.7") == "3.11.7"
+    assert normalize_version("v2.3.1+CU121") == "2.3.1+cu121"
+    assert normalize_version("2.4.0-dev20240601") == "2.4.0.dev20240601"
