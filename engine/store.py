@@ -93,14 +93,12 @@ class _Write:
 
 
 @dataclass
-class _Event:
-    params: tuple
-
-
-@dataclass
 class _Barrier:
     future: asyncio.Future
 
+
+# json.dumps with keyword arguments builds a new encoder per call; events are the hot path.
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
 
 EVENT_SQL = (
     "INSERT OR IGNORE INTO events (run_id, job_id, attempt_id, seq, ts, kind, data) "
@@ -132,10 +130,8 @@ class StoreWriter:
         attempt_id: int | None = None, seq: int | None = None, ts: float | None = None,
     ) -> None:
         """Queue one event; never blocks and never awaits (called from output callbacks)."""
-        payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-        self.queue.put_nowait(
-            _Event((run_id, job_id, attempt_id, seq, ts or time.time(), kind, payload))
-        )
+        payload = _encode(data)
+        self.queue.put_nowait((run_id, job_id, attempt_id, seq, ts or time.time(), kind, payload))
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
         """Queue a write whose result nobody waits for (state updates, heartbeats)."""
@@ -198,8 +194,8 @@ class StoreWriter:
         try:
             pending: list[tuple] = []
             for index, item in enumerate(batch):
-                if isinstance(item, _Event):
-                    pending.append(item.params)
+                if isinstance(item, tuple):  # an event row: the hot path stays a bare tuple
+                    pending.append(item)
                     continue
                 if pending:
                     self._write_events(pending)
@@ -319,4 +315,4 @@ def insert_control(
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+    return _encode(value)
