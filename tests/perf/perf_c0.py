@@ -1,0 +1,219 @@
+"""C0 cost on a generated 300-file repo: the import census, pyright alone, and the whole judge.
+
+Targets: census <= 1 s (median of 5); run_c0 <= pyright's own time + 10 % (medians of 3).
+
+Method: a repo of FILES modules (default 300, ~LINES lines each: imports of the stdlib, of its own
+packages and of third-party packages, some of them not installed, then classes and functions) is
+generated in a temp dir and committed into a bare repository. Measured:
+
+- ``files_at_commit``: reading the pinned commit from the bare repository (median of 5);
+- ``import_census``: the census of those files in memory (median of 5) — the target;
+- ``pyright alone``: the exact command ``run_c0`` builds (node + the bundled pyright, the same
+  config), run with ``subprocess.run`` and nothing else (median of 3);
+- ``run_c0``: interpreter check, config, pyright, parsing and judging (median of 3), interleaved
+  with the previous one so drift hits both alike. The interpreter is resenv's own venv python.
+
+A second census runs on HEAVY_FILES files of ~4x the size, for the worst case (informational).
+
+    .venv/bin/python tests/perf/perf_c0.py
+    .venv/bin/python tests/perf/perf_c0.py --files 1000 --lines 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _perfutil import REPO_ROOT, summary, verdict, write_result  # noqa: E402  (sets sys.path)
+
+from resenv.probes.c0 import find_pyright, run_c0
+from resenv.probes.census import files_at_commit, import_census
+
+STDLIB = ["os", "sys", "json", "re", "math", "time", "logging", "argparse", "collections", "functools",
+          "itertools", "pathlib", "typing", "dataclasses", "random", "subprocess", "shutil", "copy"]
+THIRD = ["numpy", "torch", "yaml", "click", "rich", "pydantic", "tqdm", "scipy", "einops", "transformers",
+         "wandb", "PIL", "cv2", "sklearn", "pandas", "matplotlib"]
+
+
+def module_source(rng: random.Random, package: int, index: int, packages: int, per_package: int, lines: int) -> str:
+    out = ['"""Generated module for the C0 perf script."""', "from __future__ import annotations", ""]
+    for name in rng.sample(STDLIB, 5):
+        out.append(f"import {name}")
+    for name in rng.sample(THIRD, 3):
+        out.append(f"import {name}")
+    out.append("try:\n    import apex\nexcept ImportError:\n    apex = None")
+    for _ in range(3):
+        p, m = rng.randrange(packages), rng.randrange(per_package)
+        out.append(f"from pkg{p}.mod{m} import helper_{m}")
+    out.append("from . import mod0 as sibling\n")
+    block, count = 0, sum(part.count("\n") + 1 for part in out)
+    while count < lines:
+        text = textwrap_block(index, block)
+        out.append(text)
+        count += text.count("\n") + 1
+        block += 1
+    return "\n".join(out) + "\n"
+
+
+def textwrap_block(index: int, block: int) -> str:
+    return f'''
+class Model{index}_{block}:
+    """A class with a few methods."""
+
+    def __init__(self, width: int, depth: int = 2, **options) -> None:
+        self.width = width
+        self.depth = depth
+        self.options = dict(options)
+        self.layers = [self.make_layer(i) for i in range(depth)]
+
+    def make_layer(self, i: int) -> dict:
+        return {{"index": i, "width": self.width * (i + 1), "name": f"layer{{i}}"}}
+
+    def forward(self, x):
+        for layer in self.layers:
+            if layer["index"] % 2:
+                x = x * layer["width"] + self.depth
+            else:
+                x = x - layer["width"]
+        return x
+
+
+def helper_{index}(values, mapping=None, *, scale: float = 1.0):
+    mapping = mapping or {{}}
+    total = 0.0
+    for key, value in enumerate(values):
+        if key in mapping:
+            total += mapping[key] * scale
+        elif value:
+            total -= value
+    return [v * total for v in values if v is not None]
+'''.rstrip("\n")
+
+
+def generate(root: Path, files: int, lines: int, seed: int = 7) -> dict[str, bytes]:
+    rng = random.Random(seed)
+    per_package = 30
+    packages = max(1, (files + per_package - 1) // per_package)
+    out: dict[str, bytes] = {}
+    count = 0
+    for p in range(packages):
+        out[f"pkg{p}/__init__.py"] = b""
+        for m in range(per_package):
+            if count >= files:
+                break
+            out[f"pkg{p}/mod{m}.py"] = module_source(rng, p, m, packages, per_package, lines).encode()
+            count += 1
+    out["train.py"] = b"import argparse\nimport torch\nfrom pkg0.mod1 import helper_1\n"
+    for rel, data in out.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return out
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "p", "GIT_AUTHOR_EMAIL": "p@p", "GIT_COMMITTER_NAME": "p",
+           "GIT_COMMITTER_EMAIL": "p@p", "HOME": str(cwd), "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def timed(fn, repeat: int) -> list[float]:
+    values = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        values.append(time.perf_counter() - start)
+    return values
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=300)
+    parser.add_argument("--lines", type=int, default=200)
+    parser.add_argument("--heavy-lines", type=int, default=800)
+    args = parser.parse_args()
+    python = str(REPO_ROOT / ".venv" / "bin" / "python")
+    if not Path(python).exists():
+        python = sys.executable
+
+    with tempfile.TemporaryDirectory(prefix="resenv-perf-c0-") as tmp:
+        tmp_path = Path(tmp)
+        repo = tmp_path / "repo"
+        generated = generate(repo, args.files, args.lines)
+        size = sum(len(v) for v in generated.values())
+        git(repo, "init", "-q")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-qm", "generated")
+        bare = tmp_path / "bare.git"
+        subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(bare)], check=True)
+        commit = git(repo, "rev-parse", "HEAD")
+
+        read_times = timed(lambda: files_at_commit(bare, commit), 5)
+        files = files_at_commit(bare, commit)
+        census_times = timed(lambda: import_census(files), 5)
+        census = import_census(files)
+        print(f"repo: {len(generated)} files, {size / 1e6:.2f} MB; census: {census.total} modules "
+              f"({census.stdlib} stdlib, {census.repo} repo, {census.third_party} third-party)")
+
+        heavy_root = tmp_path / "heavy"
+        heavy = generate(heavy_root, args.files, args.heavy_lines, seed=11)
+        heavy_size = sum(len(v) for v in heavy.values())
+        heavy_times = timed(lambda: import_census(heavy), 5)
+
+        tool = find_pyright()
+        work = tmp_path / "c0"
+        first = asyncio.run(run_c0(python, repo, census, work_dir=work, timeout=600))  # warm-up, writes config
+        assert first.status in ("pass", "fail"), first.log_tail
+        command = first.command
+        pyright_times, judge_times = [], []
+        for _ in range(3):
+            start = time.perf_counter()
+            done = subprocess.run(command, cwd=work, capture_output=True)
+            pyright_times.append(time.perf_counter() - start)
+            assert done.returncode in (0, 1), done.stderr[-2000:]
+            start = time.perf_counter()
+            result = asyncio.run(run_c0(python, repo, census, work_dir=work, timeout=600))
+            judge_times.append(time.perf_counter() - start)
+            assert result.status == first.status
+
+    census_median = statistics.median(census_times)
+    pyright_median = statistics.median(pyright_times)
+    judge_median = statistics.median(judge_times)
+    overhead = judge_median / pyright_median - 1
+    ok_census = census_median <= 1.0
+    ok_judge = judge_median <= pyright_median * 1.10
+    print(f"files_at_commit:  median {statistics.median(read_times) * 1000:.0f} ms")
+    print(f"import_census:    median {census_median * 1000:.0f} ms "
+          f"({size / 1e6 / census_median:.1f} MB/s)  target <= 1000 ms  {verdict(ok_census)}")
+    print(f"census (heavy, {heavy_size / 1e6:.1f} MB): median {statistics.median(heavy_times) * 1000:.0f} ms")
+    print(f"pyright alone:    median {pyright_median:.2f} s")
+    print(f"run_c0:           median {judge_median:.2f} s  overhead {overhead * 100:+.1f}%  "
+          f"target <= +10%  {verdict(ok_judge)}")
+    print(f"C0 result: {first.status}, missing {first.missing}, missing_source {first.missing_source}, "
+          f"paper {first.paper_ratio:.3f}, third-party {first.third_party_ratio:.3f}")
+    write_result("c0", {
+        "params": {"files": args.files, "lines": args.lines, "bytes": size, "heavy_lines": args.heavy_lines,
+                   "heavy_bytes": heavy_size, "pyright": tool.version, "pyright_argv": tool.argv[:1]},
+        "files_at_commit_s": summary(read_times),
+        "census_s": summary(census_times),
+        "census_heavy_s": summary(heavy_times),
+        "pyright_alone_s": summary(pyright_times),
+        "run_c0_s": summary(judge_times),
+        "run_c0_overhead": round(overhead, 4),
+        "census_modules": census.to_dict()["total"],
+        "result": {"status": first.status, "missing": first.missing, "missing_source": first.missing_source,
+                   "paper_ratio": first.paper_ratio, "third_party_ratio": first.third_party_ratio},
+        "targets": {"census_le_1s": ok_census, "run_c0_le_pyright_plus_10pct": ok_judge},
+    })
+    return 0 if ok_census and ok_judge else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
