@@ -20,6 +20,9 @@ from .runs import RunPlan, create_run
 from .scheduler import Engine, EngineBusy, engine_alive
 from .spec import SpecError, SpecLookupError, format_issues, load_benchmark
 from .store import StoreError, StoreReader, insert_control
+from .tiers import ALL_TIERS
+from .figure import write_pyramid_figure
+from .scoring import render, score_run
 from .views import job_rows, tier_glyphs
 
 # Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns.
@@ -56,12 +59,16 @@ def main() -> None:
 @db_option
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Where raw logs and work dirs go.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Jobs at once (default: defaults.concurrency).")
-@click.option("--display", type=click.Choice(["plain", "none"]), default="plain", show_default=True)
+@click.option("--display", type=click.Choice(["tui", "plain", "none"]), default=None,
+              help="tui: the live dashboard (default on a terminal); plain: one line per job (default elsewhere).")
 @click.option("--resume", "resume_id", metavar="RUN", help="Resume an interrupted run instead of starting one.")
 @click.option("--name", help="A name for the run.")
+@click.option("--tiers", "tiers_text", default="all", show_default=True, metavar="LIST",
+              help="Tiers to score: `all`, `none`, or a comma list such as C0,C1,C5.")
 def run(
     benchmark: Path, suite: str | None, agents: tuple[str, ...], hosts: tuple[str, ...], db_path: Path | None,
-    data_dir: Path | None, jobs: int | None, display: str, resume_id: str | None, name: str | None,
+    data_dir: Path | None, jobs: int | None, display: str | None, resume_id: str | None, name: str | None,
+    tiers_text: str,
 ) -> None:
     """Run a suite of repo tasks × agents (or --resume one), recording everything in the store."""
     db = _db(db_path)
@@ -79,19 +86,40 @@ def run(
             suite=suite or bench.defaults.suite,
             agents=list(agents) or [bench.defaults.agent],
             hosts=list(hosts) or [bench.defaults.host],
-            jobs=jobs, name=name,
+            jobs=jobs, name=name, tiers=parse_tiers(tiers_text),
         )
         try:
             run_id = create_run(bench, plan, db, data_dir or default_data_dir())
         except SpecLookupError as error:
             raise click.ClickException(str(error)) from error
-    shown = PlainDisplay() if display == "plain" else NoDisplay()
+    if display is None:
+        display = "tui" if sys.stdout.isatty() and sys.stdin.isatty() else "plain"
     try:
-        state = asyncio.run(Engine(db, run_id, shown, jobs_limit=jobs).execute())
+        if display == "tui":
+            from ..tui.app import run_with_engine  # Textual loads only when the dashboard is wanted
+
+            state = run_with_engine(db, run_id, jobs_limit=jobs)
+        else:
+            shown = PlainDisplay() if display == "plain" else NoDisplay()
+            state = asyncio.run(Engine(db, run_id, shown, jobs_limit=jobs).execute())
     except EngineBusy as error:
         raise click.ClickException(str(error)) from error
     if state == "interrupted":
         sys.exit(130)
+
+
+def parse_tiers(text: str) -> tuple[str, ...]:
+    """`all`, `none` or a comma list of tier names, returned in pyramid order."""
+    if text == "all":
+        return ALL_TIERS
+    if text == "none":
+        return ()
+    chosen = {part.strip().upper() for part in text.split(",") if part.strip()}
+    unknown = chosen - set(ALL_TIERS)
+    if unknown:
+        raise click.BadParameter(f"unknown tier(s) {', '.join(sorted(unknown))}; choose from {', '.join(ALL_TIERS)}",
+                                 param_hint="--tiers")
+    return tuple(tier for tier in ALL_TIERS if tier in chosen)
 
 
 def _load(path: Path):
@@ -156,6 +184,27 @@ def show(run_ref: str, db_path: Path | None, as_json: bool) -> None:
         )
     console.print(table)
     console.print("tiers: ✓ pass  ✗ fail  – skip  ! error  · not scored")
+
+
+@main.command()
+@click.argument("run_ref", metavar="RUN", default="latest", required=False)
+@db_option
+@click.option("--format", "fmt", type=click.Choice(["md", "csv", "json", "latex"]), default="md", show_default=True)
+@click.option("--figure", type=click.Path(path_type=Path), help="Also write the pyramid figure (.png or .svg).")
+def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None) -> None:
+    """Scores of a run: per agent C0 ratios, C1–C4 pass rates with denominators, C5 hallucinations."""
+    reader = _reader(db_path)
+    try:
+        run_row = reader.resolve_run(run_ref)
+    except StoreError as error:
+        raise click.ClickException(str(error)) from error
+    scores = score_run(reader, run_row["id"])
+    click.echo(render(scores, fmt), nl=False)
+    if figure is not None:
+        if figure.suffix not in (".png", ".svg"):
+            raise click.BadParameter("the figure must end in .png or .svg", param_hint="--figure")
+        write_pyramid_figure(scores, figure)
+        click.echo(f"figure written to {figure}", err=True)
 
 
 @main.command()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .gpuinfo import DriverInfo, local_driver
 from .sandbox.process import ProcessSandbox
 
 
@@ -42,6 +43,7 @@ class Host:
     gpu_ids: list[int]
     busy_slots: int = 0
     leased_gpus: set[int] = field(default_factory=set)
+    _driver: DriverInfo | None = field(default=None, repr=False)
 
     @property
     def free_gpus(self) -> list[int]:
@@ -56,6 +58,14 @@ class Host:
             "slots": self.slots,
             "gpus": self.gpu_ids,
         }
+
+    def driver(self) -> DriverInfo | None:
+        """The NVIDIA driver of this host (None without GPUs or driver), asked once."""
+        if not self.gpu_ids:
+            return None
+        if self._driver is None:
+            self._driver = local_driver() or DriverInfo(None, None)
+        return self._driver
 
     def sandbox(self, workdir: Path) -> ProcessSandbox:
         workdir.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,5 @@
-"""One attempt of one job: provision → checkout → agent → teardown, each phase under a named timeout.
+"""One attempt of one job: provision → checkout → agent → probes → audit → teardown, each phase
+under a named timeout.
 
 Every command's raw output goes to files under the attempt's `logs/`; every line also becomes an
 event numbered by `seq`, so a replay of the raw files after a crash can add exactly what is missing.
@@ -14,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from .agents import AgentAdapter, JobPaths
-from .checkout import CheckoutError, PristineCache, checkout_argv
+from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv
 from .hosts import Lease
 from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError
 from .store import StoreWriter
+from .tiers import TierRunner
 
 EXCERPT_BYTES = 4096
 
@@ -65,6 +67,7 @@ class RunContext:
     suite: Any
     pristines: PristineCache
     agents: dict[str, AgentAdapter]
+    tiers: tuple[str, ...]
 
 
 def attempt_dir(run_dir: Path, repo_id: str, agent: str, number: int) -> Path:
@@ -85,6 +88,8 @@ class JobAttempt:
     lease: Lease
     sink: EventSink
     sandbox: Sandbox | None = None
+    pristine: Pristine | None = None
+    tier_runner: TierRunner | None = None
     _log_counter: int = field(default=0)
 
     @property
@@ -112,6 +117,10 @@ class JobAttempt:
             # The agent phase has no wall-clock wrapper: its exec deadline counts active time, so
             # pausing a job never times it out.
             await self._phase("agent", None, self._agent)
+            if self.ctx.tiers:
+                self.tier_runner = TierRunner(self, self.ctx.tiers, self.lease.host.driver())
+                await self._phase("probes", self.timeouts.probes, self.tier_runner.run_probes)
+                await self._phase("audit", self.timeouts.audit, self.tier_runner.run_audit)
         except AttemptError as error:
             outcome = AttemptOutcome("error", error.category, str(error))
         finally:
@@ -173,6 +182,7 @@ class JobAttempt:
                 pristine = await self.ctx.pristines.get(repo.id, local_tree=None, url=source.git, commit=source.commit)
         except CheckoutError as error:
             raise AttemptError(str(error), error.category) from error
+        self.pristine = pristine
         self.sink.emit("checkout", {"commit": pristine.commit, "pristine": str(pristine.path)})
         for argv in checkout_argv(pristine, self.paths.repo):
             result = await self.run_command("checkout", argv, timeout=self.timeouts.checkout)
@@ -186,8 +196,10 @@ class JobAttempt:
     async def _agent(self) -> None:
         adapter = self.ctx.agents[self.job["agent"]]
         command = adapter.command(self.paths)
+        # The agent sees exactly the GPUs its job leased, as the probes will.
+        env = {"CUDA_VISIBLE_DEVICES": self.paths.template_values()["gpus"], **command.env}
         result = await self.run_command(
-            "agent", command.argv, env=command.env, stdin=command.stdin,
+            "agent", command.argv, env=env, stdin=command.stdin,
             timeout=self._agent_deadline(), timeout_name="agent", parse=adapter.parse,
         )
         self.sink.emit("agent_finished", {
@@ -210,13 +222,13 @@ class JobAttempt:
     # -- commands ---------------------------------------------------------------------------
     async def run_command(
         self, phase: str, argv: list[str], *, timeout: float, env: dict[str, str] | None = None,
-        stdin: bytes | None = None, timeout_name: str | None = None,
-        parse: Callable[[OutputLine], list[dict[str, Any]]] | None = None,
+        stdin: bytes | None = None, timeout_name: str | None = None, cwd: Path | None = None,
+        parse: Callable[[OutputLine], list[dict[str, Any]]] | None = None, log_name: str | None = None,
     ) -> ExecResult:
         """Run one command in the sandbox with its output streamed to raw files and to events."""
         assert self.sandbox is not None
         self._log_counter += 1
-        log_name = phase if phase == "agent" else f"{phase}-{self._log_counter}"
+        log_name = f"{log_name or phase}-{self._log_counter}" if phase != "agent" else "agent"
         prefix = self.base / "logs" / log_name
         kind = log_kind(log_name)
         self.sink.emit("command", {"phase": phase, "argv": argv, "log": log_name})
@@ -230,7 +242,7 @@ class JobAttempt:
                 self.sink.emit(kind, {**base, **event})
 
         result = await self.sandbox.exec(
-            argv, env=env, cwd=self.paths.workdir, timeout=timeout, timeout_name=timeout_name or phase,
+            argv, env=env, cwd=cwd or self.paths.workdir, timeout=timeout, timeout_name=timeout_name or phase,
             stdin=stdin, log_prefix=prefix, on_line=on_line,
             on_start=lambda pgid: self.sink.emit("process", {"log": log_name, "pgid": pgid}),
         )

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .spec import Benchmark
 from .store import dumps, open_for_writing
+from .tiers import ALL_TIERS
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class RunPlan:
     hosts: list[str]
     jobs: int | None = None
     name: str | None = None
+    tiers: tuple[str, ...] = ALL_TIERS
 
 
 def new_run_id() -> str:
@@ -47,7 +49,7 @@ def create_run(bench: Benchmark, plan: RunPlan, db_path: Path, data_root: Path) 
             " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'queued', ?)",
             (run_id, plan.name or f"{plan.suite} × {', '.join(plan.agents)}", str(bench.source_path),
              str(bench.base_dir), plan.suite, dumps(bench.snapshot()),
-             dumps({"agents": plan.agents, "hosts": plan.hosts, "jobs": plan.jobs}),
+             dumps({"agents": plan.agents, "hosts": plan.hosts, "jobs": plan.jobs, "tiers": list(plan.tiers)}),
              str(data_root / run_id), now),
         )
         conn.executemany(

@@ -20,12 +20,14 @@ from typing import Any, Protocol
 
 from .agents import adapter_for
 from .checkout import PristineCache
+from .controls import ControlApplier
 from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
 from .recovery import replay_attempt_logs
 from .sandbox.process import kill_stale_group
 from .spec import Benchmark, benchmark_from_snapshot
 from .store import StoreWriter, connect, dumps
+from .tiers import ALL_TIERS
 
 HEARTBEAT_S = 2.0
 CONTROL_POLL_S = 0.25
@@ -68,8 +70,15 @@ def engine_alive(run: dict[str, Any]) -> bool:
 
 
 class Engine:
-    def __init__(self, db_path: Path, run_id: str, display: Display, *, jobs_limit: int | None = None) -> None:
+    def __init__(
+        self, db_path: Path, run_id: str, display: Display, *, jobs_limit: int | None = None,
+        install_signals: bool = True,
+    ) -> None:
         self.db_path = db_path
+        # False when the engine runs in a worker thread (the dashboard owns the main thread and
+        # its signals); stop it from another thread with request_stop().
+        self.install_signals = install_signals
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.run_id = run_id
         self.display = display
         self.jobs_limit = jobs_limit
@@ -80,6 +89,7 @@ class Engine:
         self.cancelled = False
         self.interrupted = False
         self.wake = asyncio.Event()
+        self.controls = ControlApplier(self)
         self.requeue_after: dict[int, float] = {}
 
     # -- setup ------------------------------------------------------------------------------
@@ -104,10 +114,12 @@ class Engine:
         self.ctx = RunContext(
             writer=self.writer, run_id=self.run_id, run_dir=self.run_dir, bench=self.bench, suite=self.suite,
             pristines=PristineCache(self.run_dir / "pristine"), agents=agents,
+            tiers=tuple(options.get("tiers", ALL_TIERS)),
         )
 
     async def execute(self) -> str:
         """Run (or resume) until every job is finished or the run is cancelled; returns the run state."""
+        self._loop = asyncio.get_running_loop()
         self.writer = StoreWriter(self.db_path)
         self.writer.start()
         try:
@@ -115,19 +127,23 @@ class Engine:
             await self._claim()
             await self._recover()
             self.pending.extend(job_id for job_id, job in self.jobs.items() if job["state"] == "queued")
+            # Controls sent while no engine ran (a retry of a finished job, say) apply before dispatch.
+            await self._apply_controls()
             self.display.started(self.run_id, len(self.jobs), self.db_path, self.run_dir)
             background = [
                 asyncio.create_task(self._heartbeat(), name="heartbeat"),
                 asyncio.create_task(self._poll_controls(), name="controls"),
             ]
             loop = asyncio.get_running_loop()
-            loop.add_signal_handler(signal.SIGINT, self._interrupt)
-            loop.add_signal_handler(signal.SIGTERM, self._interrupt)
+            if self.install_signals:
+                loop.add_signal_handler(signal.SIGINT, self._interrupt)
+                loop.add_signal_handler(signal.SIGTERM, self._interrupt)
             try:
                 state = await self._dispatch_loop()
             finally:
-                loop.remove_signal_handler(signal.SIGINT)
-                loop.remove_signal_handler(signal.SIGTERM)
+                if self.install_signals:
+                    loop.remove_signal_handler(signal.SIGINT)
+                    loop.remove_signal_handler(signal.SIGTERM)
                 for task in background:
                     task.cancel()
                 await asyncio.gather(*background, return_exceptions=True)
@@ -141,8 +157,9 @@ class Engine:
 
     async def _claim(self) -> None:
         now = time.time()
+        self.paused = self.run["state"] == "paused"  # an operator's pause outlives the engine
         self.writer.update("runs", self.run_id, {
-            "state": "running", "started_at": self.run["started_at"] or now, "finished_at": None,
+            "state": "paused" if self.paused else "running", "started_at": self.run["started_at"] or now, "finished_at": None,
             "engine_pid": os.getpid(), "engine_host": platform.node(), "heartbeat_at": now,
         })
         for host in self.pool.hosts:
@@ -209,18 +226,26 @@ class Engine:
             self._release_backoffs()
 
     def _dispatch(self) -> None:
-        skipped: deque[int] = deque()
+        """Start queued jobs in order while slots allow.
+
+        GPU work is first come, first served: once a GPU job must wait, no later GPU job may take
+        GPUs in this round, so a stream of 1-GPU jobs cannot starve a 2-GPU job. CPU jobs still
+        fill free slots.
+        """
+        waiting: deque[int] = deque()
+        gpu_job_waiting = False
         while self.pending and len(self.running) < self.limit:
             job_id = self.pending.popleft()
             job = self.jobs[job_id]
-            lease = self.pool.lease(job["gpus_needed"])
+            wants_gpus = self.pool.grantable(job["gpus_needed"]) > 0
+            lease = None if (wants_gpus and gpu_job_waiting) else self.pool.lease(job["gpus_needed"])
             if lease is None:
-                skipped.append(job_id)
-                # A job that wants the same as this one cannot fit either; keep order otherwise.
+                waiting.append(job_id)
+                gpu_job_waiting = gpu_job_waiting or wants_gpus
                 continue
             self._start(job, lease)
-        skipped.extend(self.pending)
-        self.pending = skipped
+        waiting.extend(self.pending)
+        self.pending = waiting
 
     def _release_backoffs(self) -> None:
         now = time.monotonic()
@@ -325,6 +350,17 @@ class Engine:
                 "UPDATE attempts SET heartbeat_at = ? WHERE run_id = ? AND state = 'running'", (now, self.run_id)
             )
 
+    def request_stop(self) -> None:
+        """Thread-safe Ctrl-C: interrupt the run from any thread (the dashboard quitting, say)."""
+        loop = self._loop
+        if loop is None:  # not started yet: it stops as soon as it starts dispatching
+            self._interrupt()
+            return
+        try:
+            loop.call_soon_threadsafe(self._interrupt)
+        except RuntimeError:  # the loop is closed: the engine has already finished
+            pass
+
     def _interrupt(self) -> None:
         """Ctrl-C / SIGTERM: kill every sandbox, record the attempts as interrupted, stop."""
         if self.cancelled:
@@ -339,21 +375,22 @@ class Engine:
 
     # -- controls ---------------------------------------------------------------------------
     async def _poll_controls(self) -> None:
-        from .controls import ControlApplier
+        while True:
+            await asyncio.sleep(CONTROL_POLL_S)
+            await self._apply_controls()
 
-        applier = ControlApplier(self)
+    async def _apply_controls(self) -> None:
+        """Apply and acknowledge every control not yet acknowledged, oldest first."""
         reader = connect(self.db_path, readonly=True)
         try:
-            while True:
-                rows = [dict(row) for row in reader.execute(
-                    "SELECT * FROM controls WHERE run_id = ? AND acked_at IS NULL ORDER BY id", (self.run_id,))]
-                for control in rows:
-                    ack, message = applier.apply(control)
-                    self.writer.update("controls", control["id"], {"acked_at": time.time(), "ack": ack, "ack_message": message})
-                    self.writer.event(self.run_id, "control", {**control, "ack": ack, "ack_message": message},
-                                      job_id=control["job_id"])
-                if rows:
-                    await self.writer.flush()
-                await asyncio.sleep(CONTROL_POLL_S)
+            rows = [dict(row) for row in reader.execute(
+                "SELECT * FROM controls WHERE run_id = ? AND acked_at IS NULL ORDER BY id", (self.run_id,))]
         finally:
             reader.close()
+        for control in rows:
+            ack, message = self.controls.apply(control)
+            self.writer.update("controls", control["id"], {"acked_at": time.time(), "ack": ack, "ack_message": message})
+            self.writer.event(self.run_id, "control", {**control, "ack": ack, "ack_message": message},
+                              job_id=control["job_id"])
+        if rows:
+            await self.writer.flush()

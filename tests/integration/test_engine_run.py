@@ -85,8 +85,16 @@ def test_run_records_jobs_attempts_events_and_raw_logs(tmp_path, cli_env):
         attempts = reader.attempts(job["id"])
         assert [a["state"] for a in attempts] == ["done"]
         phases = db_rows(db, "SELECT name, status FROM phases WHERE attempt_id = ? ORDER BY id", (attempts[0]["id"],))
-        assert [p["name"] for p in phases] == ["provision", "checkout", "agent", "teardown"]
+        assert [p["name"] for p in phases] == ["provision", "checkout", "agent", "probes", "audit", "teardown"]
         assert all(p["status"] == "done" for p in phases)
+        # The ticker agent writes no report: every tier that needs its interpreter says so.
+        tiers = {r["tier"]: (r["status"], r["category"]) for r in db_rows(
+            db, "SELECT tier, status, category FROM tier_results WHERE attempt_id = ?", (attempts[0]["id"],))}
+        assert tiers == {
+            "C0": ("fail", "missing_report"), "C1": ("fail", "missing_report"),
+            "C2": ("skip", "insufficient_hardware"), "C3": ("skip", "not_applicable"),
+            "C4": ("skip", "not_applicable"), "C5": ("fail", "missing_report"),
+        }
         transcript = db_rows(db, "SELECT data FROM events WHERE attempt_id = ? AND kind = 'transcript'", (attempts[0]["id"],))
         texts = [json.loads(row["data"])["text"] for row in transcript]
         assert texts[0] == f"start {job['key']}" and texts[-1] == "end" and len(texts) == 42

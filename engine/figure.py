@@ -1,0 +1,40 @@
+"""The pyramid figure: C0–C4 pass rates per agent as a funnel, the way a paper would show it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .scoring import PYRAMID, RunScores
+
+
+def write_pyramid_figure(scores: RunScores, path: Path) -> Path:
+    """Grouped bars per tier (one colour per agent), each labelled with passed/judged."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    agents = list(scores.agents.values())
+    width = 0.8 / max(1, len(agents))
+    fig, ax = plt.subplots(figsize=(2.2 + 1.6 * len(PYRAMID), 4.2), dpi=150)
+    for index, score in enumerate(agents):
+        xs = [tier_index + (index - (len(agents) - 1) / 2) * width for tier_index in range(len(PYRAMID))]
+        rates = [100 * (score.tiers[tier].rate or 0.0) for tier in PYRAMID]
+        bars = ax.bar(xs, rates, width=width * 0.92, label=score.agent)
+        for bar, tier in zip(bars, PYRAMID):
+            tally = score.tiers[tier]
+            label = tally.text() if tally.denominator else "n/a"
+            ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                        fontsize=7, xytext=(0, 2), textcoords="offset points")
+    ax.set_xticks(range(len(PYRAMID)), [f"{tier}\n{name}" for tier, name in zip(PYRAMID, (
+        "imports", "CPU run", "CUDA", "1 GPU", "multi-GPU"))])
+    ax.set_ylim(0, 110)
+    ax.set_ylabel("pass rate (% of judged jobs)")
+    ax.set_title(f"Verification pyramid · run {scores.run['id']}", fontsize=10)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(frameon=False, fontsize=8, loc="upper right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,260 @@
+"""Scores of a run: per-agent pyramid pass rates with their denominators, C0 ratios, C5 counts, spend.
+
+Denominators are explicit: a tier counts a job only when it was judged (`pass` or `fail`). Skips
+(not applicable, insufficient hardware) and infrastructure errors leave the denominator and are
+counted in their own columns, so a missing GPU never reads as an agent failure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .store import StoreReader
+from .tiers import ALL_TIERS
+
+PYRAMID = ("C0", "C1", "C2", "C3", "C4")
+HALLUCINATION_KINDS = ("path", "version", "capability")
+
+
+@dataclass
+class TierScore:
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    insufficient_hardware: int = 0
+    errors: int = 0
+
+    @property
+    def denominator(self) -> int:
+        return self.passed + self.failed
+
+    @property
+    def rate(self) -> float | None:
+        return self.passed / self.denominator if self.denominator else None
+
+    def text(self) -> str:
+        return f"{self.passed}/{self.denominator}"
+
+
+@dataclass
+class AgentScore:
+    agent: str
+    jobs: int = 0
+    tiers: dict[str, TierScore] = field(default_factory=lambda: {tier: TierScore() for tier in ALL_TIERS})
+    c0_missing: int = 0
+    c0_total: int = 0
+    c0_third_party_missing: int = 0
+    c0_third_party_total: int = 0
+    hallucinations: Counter = field(default_factory=Counter)
+    report_problems: Counter = field(default_factory=Counter)
+    agent_seconds: float = 0.0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    env_bytes: list[int] = field(default_factory=list)
+
+    @property
+    def c0_paper_ratio(self) -> float | None:
+        return 1 - self.c0_missing / self.c0_total if self.c0_total else None
+
+    @property
+    def c0_third_party_ratio(self) -> float | None:
+        if not self.c0_third_party_total:
+            return None
+        return 1 - self.c0_third_party_missing / self.c0_third_party_total
+
+
+@dataclass
+class RunScores:
+    run: dict[str, Any]
+    agents: dict[str, AgentScore]
+    repos: list[dict[str, Any]]  # one pyramid row per job: repo, agent, tier -> status/category
+    per_job_hallucinations: list[dict[str, Any]]
+
+
+def latest_results(reader: StoreReader, run_id: str) -> dict[int, dict[str, dict[str, Any]]]:
+    """The newest result of each tier of each job (a tier retry supersedes what it re-ran)."""
+    latest: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for row in reader.tier_results(run_id):
+        latest[row["job_id"]][row["tier"]] = row
+    return latest
+
+
+def score_run(reader: StoreReader, run_id: str) -> RunScores:
+    run = reader.run(run_id)
+    assert run is not None
+    jobs = reader.jobs(run_id)
+    results = latest_results(reader, run_id)
+    agents: dict[str, AgentScore] = {}
+    repos, hallucinated = [], []
+    agent_time = {row["job_id"]: row["seconds"] or 0.0 for row in reader.rows(
+        "SELECT a.job_id, SUM(p.finished_at - p.started_at) AS seconds FROM phases p JOIN attempts a"
+        " ON a.id = p.attempt_id WHERE a.run_id = ? AND p.name = 'agent' GROUP BY a.job_id", (run_id,))}
+    usage = {row["job_id"]: row for row in reader.rows(
+        "SELECT job_id, SUM(input_tokens + cached_input_tokens + cache_write_tokens) AS input,"
+        " SUM(output_tokens) AS output, SUM(COALESCE(cost_usd, 0)) AS cost FROM usage WHERE run_id = ?"
+        " GROUP BY job_id", (run_id,))}
+    for job in jobs:
+        score = agents.setdefault(job["agent"], AgentScore(job["agent"]))
+        score.jobs += 1
+        score.agent_seconds += agent_time.get(job["id"], 0.0)
+        if job["id"] in usage:
+            score.input_tokens += usage[job["id"]]["input"] or 0
+            score.output_tokens += usage[job["id"]]["output"] or 0
+            score.cost_usd += usage[job["id"]]["cost"] or 0.0
+        row: dict[str, Any] = {"repo": job["repo_id"], "agent": job["agent"], "state": job["state"]}
+        for tier in ALL_TIERS:
+            result = results.get(job["id"], {}).get(tier)
+            row[tier] = None if result is None else {"status": result["status"], "category": result["category"]}
+            if result is not None:
+                _count(score, tier, result)
+        repos.append(row)
+        c5 = results.get(job["id"], {}).get("C5")
+        if c5 is not None:
+            evidence = json.loads(c5["evidence_json"] or "{}")
+            kinds = Counter(item["kind"] for item in evidence.get("hallucinations", []))
+            if kinds:
+                hallucinated.append({"repo": job["repo_id"], "agent": job["agent"], **kinds})
+            environment = evidence.get("environment") or {}
+            if environment.get("size_bytes") is not None:
+                score.env_bytes.append(environment["size_bytes"])
+    return RunScores(run=run, agents=agents, repos=repos, per_job_hallucinations=hallucinated)
+
+
+def _count(score: AgentScore, tier: str, result: dict[str, Any]) -> None:
+    tally = score.tiers[tier]
+    status, category = result["status"], result["category"]
+    if status == "pass":
+        tally.passed += 1
+    elif status == "fail":
+        tally.failed += 1
+    elif status == "skip":
+        tally.skipped += 1
+        if category == "insufficient_hardware":
+            tally.insufficient_hardware += 1
+    else:
+        tally.errors += 1
+    evidence = json.loads(result["evidence_json"] or "{}")
+    if tier == "C0" and status in ("pass", "fail"):
+        census = evidence.get("census", {})
+        missing = evidence.get("missing", [])
+        third_party = {module["name"] for module in census.get("modules", []) if module.get("kind") == "third_party"}
+        score.c0_missing += len(missing)
+        score.c0_total += census.get("total", 0)
+        score.c0_third_party_missing += len([name for name in missing if name in third_party])
+        score.c0_third_party_total += census.get("third_party", 0)
+    if tier == "C5":
+        if category in ("missing_report", "invalid_report"):
+            score.report_problems[category] += 1
+        for item in evidence.get("hallucinations", []):
+            score.hallucinations[item["kind"]] += 1
+
+
+# -- rendering ------------------------------------------------------------------------------
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def agent_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
+    header = ["agent", "jobs", "C0 paper", "C0 3rd-party", *PYRAMID[1:], "C5 path", "C5 version",
+              "C5 capability", "no/invalid report", "agent time", "tokens in/out", "cost", "env size"]
+    rows = []
+    for score in scores.agents.values():
+        tiers = []
+        for tier in PYRAMID[1:]:
+            tally = score.tiers[tier]
+            text = f"{tally.text()} ({_pct(tally.rate)})"
+            if tally.insufficient_hardware:
+                text += f" [{tally.insufficient_hardware} no hw]"
+            if tally.errors:
+                text += f" [{tally.errors} err]"
+            tiers.append(text)
+        size = sorted(score.env_bytes)[len(score.env_bytes) // 2] if score.env_bytes else None
+        rows.append([
+            score.agent, str(score.jobs), _pct(score.c0_paper_ratio), _pct(score.c0_third_party_ratio), *tiers,
+            *(str(score.hallucinations.get(kind, 0)) for kind in HALLUCINATION_KINDS),
+            str(sum(score.report_problems.values())), f"{score.agent_seconds:.1f}s",
+            f"{score.input_tokens}/{score.output_tokens}", f"${score.cost_usd:.2f}",
+            "—" if size is None else f"{size / 2**20:.0f} MiB (median)",
+        ])
+    return header, rows
+
+
+def repo_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
+    header = ["repo", "agent", *ALL_TIERS]
+    rows = []
+    for row in scores.repos:
+        cells = []
+        for tier in ALL_TIERS:
+            result = row[tier]
+            if result is None:
+                cells.append("·")
+            else:
+                cells.append(result["status"] + (f" ({result['category']})" if result["category"] else ""))
+        rows.append([row["repo"], row["agent"], *cells])
+    return header, rows
+
+
+def render(scores: RunScores, fmt: str) -> str:
+    if fmt == "json":
+        return json.dumps(to_json(scores), indent=2)
+    tables = [("Agents", *agent_table(scores)), ("Repos", *repo_table(scores))]
+    if fmt == "csv":
+        out = io.StringIO()
+        writer = csv.writer(out)
+        for title, header, rows in tables:
+            writer.writerow([f"# {title}"])
+            writer.writerow(header)
+            writer.writerows(rows)
+        return out.getvalue()
+    if fmt == "latex":
+        return "\n\n".join(_latex(title, header, rows) for title, header, rows in tables)
+    parts = [f"# resenv report · run {scores.run['id']} · {scores.run['name']}"]
+    for title, header, rows in tables:
+        parts.append(f"## {title}\n\n" + _markdown(header, rows))
+    parts.append("Pass rates are passed/judged; skips (`no hw`: too few GPUs on the host) and infrastructure "
+                 "errors (`err`) are outside the denominator. C0 paper = 1 − missing/all imports (stdlib and "
+                 "repo-own included, as the paper counts); C0 3rd-party = the same over third-party imports only.")
+    return "\n\n".join(parts) + "\n"
+
+
+def to_json(scores: RunScores) -> dict[str, Any]:
+    agents = {}
+    for name, score in scores.agents.items():
+        agents[name] = {
+            "jobs": score.jobs,
+            "c0": {"paper_ratio": score.c0_paper_ratio, "third_party_ratio": score.c0_third_party_ratio,
+                   "missing": score.c0_missing, "total": score.c0_total,
+                   "third_party_missing": score.c0_third_party_missing, "third_party_total": score.c0_third_party_total},
+            "tiers": {tier: asdict(tally) | {"denominator": tally.denominator, "rate": tally.rate}
+                      for tier, tally in score.tiers.items()},
+            "hallucinations": dict(score.hallucinations), "report_problems": dict(score.report_problems),
+            "agent_seconds": score.agent_seconds, "input_tokens": score.input_tokens,
+            "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "env_bytes": score.env_bytes,
+        }
+    return {"run": {key: scores.run[key] for key in ("id", "name", "suite", "state")}, "agents": agents,
+            "repos": scores.repos, "hallucinations_per_job": scores.per_job_hallucinations}
+
+
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+LATEX_ESCAPES = str.maketrans({"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+                               "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"})
+
+
+def _latex(title: str, header: list[str], rows: list[list[str]]) -> str:
+    def line(cells: list[str]) -> str:
+        return " & ".join(cell.replace("·", "--").translate(LATEX_ESCAPES) for cell in cells) + r" \\"
+
+    body = "\n".join(line(row) for row in rows)
+    return (f"% {title}\n\\begin{{tabular}}{{{'l' * len(header)}}}\n\\toprule\n{line(header)}\n\\midrule\n"
+            f"{body}\n\\bottomrule\n\\end{{tabular}}")

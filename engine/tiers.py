@@ -1,0 +1,344 @@
+"""The verification pyramid for one job: C0–C4 probes, then the C5 audit, by one rule set for every repo.
+
+Probes run only after the agent stopped, with the interpreter the agent reported, inside the job's
+sandbox; they never install or write into that environment (bytecode writing is off). Every tier
+is judged independently: a failing C1 does not stop C2. A tier the repo does not support is `skip`
+with its reason; a tier the host has too few GPUs for is `skip`/`insufficient_hardware`, never a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..probes.audit import NO_FRAMEWORK, Observations, audit
+from ..probes.c0 import run_c0
+from ..probes.census import files_at_commit, import_census
+from ..probes.classifier import classify
+from ..probes.kit import SCRIPTS, script_source
+from ..probes.report import ReportLoad, load_report
+from .gpuinfo import DriverInfo, cuda_supported
+from .sandbox.base import ExecResult
+
+if TYPE_CHECKING:
+    from .lifecycle import JobAttempt
+
+PROBE_TIERS = ("C0", "C1", "C2", "C3", "C4")
+ALL_TIERS = (*PROBE_TIERS, "C5")
+ENTRYPOINT_OF = {"C1": "cpu", "C3": "single_gpu", "C4": "multi_gpu"}
+GPUS_FOR = {"C2": 1, "C3": 1, "C4": 2}
+OUTPUT_TAIL = 4000
+CLASSIFY_BYTES = 256 * 1024
+PROBE_DIR = ".resenv-probes"
+
+
+@dataclass
+class TierResult:
+    tier: str
+    status: str  # pass | fail | skip | error
+    category: str | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ProbeState:
+    """What the probes learned, shared between tiers and handed to the C5 audit."""
+
+    report: ReportLoad | None = None
+    python: str | None = None
+    interpreter: dict[str, Any] | None = None
+    python_exists: bool | None = None
+    python_executable: bool | None = None
+    frameworks: dict[str, Any] | None = None
+    results: dict[str, TierResult] = field(default_factory=dict)
+
+
+def tail_text(*paths: Path, limit: int = CLASSIFY_BYTES) -> str:
+    """The last `limit` bytes of each file, decoded: enough to classify, never a whole huge log."""
+    parts = []
+    for path in paths:
+        if not path.exists():
+            continue
+        with path.open("rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - limit))
+            parts.append(handle.read().decode(errors="replace"))
+    return "\n".join(parts)
+
+
+def directory_size(root: Path) -> int:
+    """Bytes on disk under `root`, counting hard-linked files once and not following symlinks."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for directory, _, files in os.walk(root):
+        for name in files:
+            try:
+                info = os.lstat(os.path.join(directory, name))
+            except OSError:
+                continue
+            if (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                total += info.st_blocks * 512
+    return total
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class TierRunner:
+    def __init__(self, attempt: JobAttempt, selected: tuple[str, ...], driver: DriverInfo | None) -> None:
+        self.attempt = attempt
+        self.selected = selected
+        self.driver = driver
+        self.state = ProbeState()
+        self.repo = attempt.ctx.suite.repo(attempt.job["repo_id"])
+        self.bench = attempt.ctx.bench
+
+    # -- orchestration ----------------------------------------------------------------------
+    async def run_probes(self) -> None:
+        """C0–C4, each recorded as soon as it is judged."""
+        await self._prepare()
+        for tier in PROBE_TIERS:
+            if tier in self.selected:
+                self.record(await self._judge(tier))
+
+    async def run_audit(self) -> None:
+        if "C5" in self.selected:
+            self.record(self._audit())
+
+    async def rerun(self, tier: str) -> TierResult:
+        """One tier again on the kept post-agent state (an operator's tier retry)."""
+        await self._prepare()
+        result = self._audit() if tier == "C5" else await self._judge(tier)
+        self.record(result)
+        return result
+
+    async def _judge(self, tier: str) -> TierResult:
+        try:
+            return await getattr(self, f"_tier_{tier.lower()}")()
+        except OSError as error:  # the sandbox or the host failed, not the agent
+            return TierResult(tier, "error", "infra", {"reason": f"{type(error).__name__}: {error}"})
+
+    def record(self, result: TierResult) -> None:
+        self.state.results[result.tier] = result
+        attempt = self.attempt
+        evidence = json.dumps(result.evidence, default=str)
+        attempt.ctx.writer.execute(
+            "INSERT INTO tier_results (run_id, job_id, attempt_id, tier, status, category, evidence_json, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (attempt.ctx.run_id, attempt.job["id"], attempt.attempt_id, result.tier, result.status,
+             result.category, evidence, time.time()),
+        )
+        attempt.sink.emit("tier", {"tier": result.tier, "status": result.status, "category": result.category})
+
+    # -- shared measurements ----------------------------------------------------------------
+    async def _prepare(self) -> None:
+        """Load the report, stage the probe scripts, and measure the reported interpreter once."""
+        if self.state.report is not None:
+            return
+        paths = self.attempt.paths
+        self.state.report = load_report(paths.report, sandbox_root=paths.workdir)
+        report = self.state.report.report or {}
+        python = report.get("python_path") if isinstance(report.get("python_path"), str) else None
+        self.state.python = python
+        sandbox = self.attempt.sandbox
+        assert sandbox is not None
+        for name in SCRIPTS:
+            await sandbox.put(f"{PROBE_DIR}/{name}", script_source(name))
+        if python is None:
+            return
+        target = Path(python)
+        self.state.python_exists = target.exists()
+        self.state.python_executable = target.exists() and os.access(target, os.X_OK)
+        self.state.interpreter = await self._probe_json("interpreter", "interpreter.py", gpus="")
+        if any(tier in self.selected for tier in ("C2", "C5")):
+            visible = ",".join(str(gpu) for gpu in self.attempt.lease.gpus)
+            self.state.frameworks = await self._probe_json("frameworks", "frameworks.py", gpus=visible)
+
+    async def _probe_json(self, name: str, script: str, *, gpus: str) -> dict[str, Any] | None:
+        assert self.state.python is not None
+        result = await self.attempt.run_command(
+            "probes", [self.state.python, "-B", f"{self.attempt.paths.workdir}/{PROBE_DIR}/{script}"],
+            env=self._env(gpus), timeout=self.bench.defaults.tier_timeouts.C2, log_name=f"probe-{name}",
+        )
+        lines = [line for line in tail_text(result.stdout_path).splitlines() if line.strip()]
+        if result.ok and lines:
+            try:
+                return json.loads(lines[-1]) | {"_exit": 0}
+            except ValueError:
+                pass
+        return {"_exit": result.returncode, "_timed_out": result.timed_out,
+                "_output": tail_text(result.stdout_path, result.stderr_path, limit=OUTPUT_TAIL)}
+
+    def _env(self, gpus: str, extra: dict[str, str] | None = None) -> dict[str, str]:
+        """The probes' environment: the reported interpreter first on PATH, GPUs as leased."""
+        bin_dir = str(Path(self.state.python).parent) if self.state.python else ""
+        env = {
+            "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin" if bin_dir else "/usr/local/bin:/usr/bin:/bin",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PIP_NO_INPUT": "1",
+            "CUDA_VISIBLE_DEVICES": gpus,
+            "NCCL_NVLS_ENABLE": "0",
+        }
+        return env | (extra or {})
+
+    def _no_interpreter(self, tier: str) -> TierResult | None:
+        """Without a usable report there is no interpreter to probe: the tier fails for that reason."""
+        load = self.state.report
+        assert load is not None
+        if self.state.python is None:
+            category = load.category or "invalid_report"
+            return TierResult(tier, "fail", category, {"reason": "no interpreter reported", "report_errors": load.errors})
+        return None
+
+    def _missing_gpus(self, tier: str) -> TierResult | None:
+        needed = GPUS_FOR[tier]
+        entry = ENTRYPOINT_OF.get(tier)
+        if entry:
+            spec = self.repo.tiers()[entry]
+            needed = getattr(spec, "gpus", needed) if not isinstance(spec, str) else needed
+        leased = len(self.attempt.lease.gpus)
+        if leased < needed:
+            return TierResult(tier, "skip", "insufficient_hardware",
+                              {"reason": f"needs {needed} GPU(s), host gave {leased}", "needed": needed, "leased": leased})
+        return None
+
+    # -- C0 ---------------------------------------------------------------------------------
+    async def _tier_c0(self) -> TierResult:
+        pristine = self.attempt.pristine
+        assert pristine is not None
+        census = import_census(files_at_commit(pristine.path, pristine.commit))
+        python = self.state.python or str(self.attempt.paths.workdir / "no-interpreter-reported")
+        result = await run_c0(
+            python, self.attempt.paths.repo, census, work_dir=self.attempt.base / "probes" / "c0",
+            timeout=self.bench.tier_timeout(self.repo, "C0"),
+        )
+        evidence = asdict(result) | {"census": census.to_dict()}
+        category = result.category
+        if self.state.python is None:
+            category = self.state.report.category if self.state.report else category
+        return TierResult("C0", result.status, category if result.status != "pass" else None, evidence)
+
+    # -- C1 / C3 / C4: the repo's own entrypoints -------------------------------------------
+    async def _tier_c1(self) -> TierResult:
+        return await self._entrypoint("C1", gpus=())
+
+    async def _tier_c3(self) -> TierResult:
+        return await self._entrypoint("C3", gpus=self.attempt.lease.gpus[:1])
+
+    async def _tier_c4(self) -> TierResult:
+        spec = self.repo.tiers()["multi_gpu"]
+        count = spec.gpus if not isinstance(spec, str) else 2
+        return await self._entrypoint("C4", gpus=self.attempt.lease.gpus[:count])
+
+    async def _entrypoint(self, tier: str, gpus: tuple[int, ...]) -> TierResult:
+        spec = self.repo.tiers()[ENTRYPOINT_OF[tier]]
+        if isinstance(spec, str):
+            return TierResult(tier, "skip", "not_applicable", {"reason": spec})
+        if tier != "C1" and (missing := self._missing_gpus(tier)):
+            return missing
+        if (failed := self._no_interpreter(tier)) is not None:
+            return failed
+        paths = self.attempt.paths
+        values = paths.template_values() | {
+            "python": self.state.python or "", "gpus": ",".join(map(str, gpus)), "ngpus": str(len(gpus)),
+        }
+        extra = spec.render_env(values)
+        if tier == "C4":
+            extra = {"NCCL_DEBUG": "WARN", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **extra}
+        argv = spec.argv(values)
+        timeout = self.bench.tier_timeout(self.repo, tier)
+        result = await self.attempt.run_command(
+            "probes", argv, env=self._env(values["gpus"], extra), timeout=timeout, cwd=paths.repo, log_name=tier,
+        )
+        return self._judge_exec(tier, argv, result, gpus)
+
+    def _judge_exec(self, tier: str, argv: list[str], result: ExecResult, gpus: tuple[int, ...]) -> TierResult:
+        evidence = {
+            "command": argv, "exit_code": result.returncode, "timed_out": result.timed_out,
+            "duration_s": round(result.active_s, 3), "gpus": list(gpus),
+            "log_tail": tail_text(result.stdout_path, result.stderr_path, limit=OUTPUT_TAIL),
+            "logs": [str(result.stdout_path), str(result.stderr_path)],
+        }
+        if result.ok:
+            return TierResult(tier, "pass", None, evidence)
+        output = tail_text(result.stdout_path, result.stderr_path)
+        verdict = classify(output, returncode=result.returncode, timed_out=result.timed_out, tier=tier)
+        evidence |= {"signature": verdict.signature, "evidence_line": verdict.evidence}
+        return TierResult(tier, "fail", verdict.category, evidence)
+
+    # -- C2: CUDA alignment -----------------------------------------------------------------
+    async def _tier_c2(self) -> TierResult:
+        if (missing := self._missing_gpus("C2")) is not None:
+            return missing
+        if (failed := self._no_interpreter("C2")) is not None:
+            return failed
+        observed = self.state.frameworks or {}
+        driver = asdict(self.driver) if self.driver else None
+        evidence = {"framework": observed, "driver": driver}
+        if observed.get("_exit", 0) != 0:
+            verdict = classify(observed.get("_output", ""), returncode=observed.get("_exit"),
+                               timed_out=bool(observed.get("_timed_out")), tier="C2")
+            return TierResult("C2", "fail", verdict.category, evidence | {"evidence_line": verdict.evidence})
+        if not observed.get("framework"):
+            return TierResult("C2", "fail", "deps_missing", evidence | {"reason": "no torch, JAX or TensorFlow imports"})
+        if observed.get("error"):
+            verdict = classify(observed["error"], returncode=1, tier="C2")
+            return TierResult("C2", "fail", verdict.category, evidence | {"reason": observed["error"]})
+        if not observed.get("cuda_build"):
+            return TierResult("C2", "fail", "cuda_mismatch", evidence | {"reason": "framework has no CUDA build"})
+        supported = cuda_supported(observed.get("cuda_build"), self.driver.cuda_version if self.driver else None)
+        if supported is False:
+            return TierResult("C2", "fail", "cuda_mismatch", evidence | {
+                "reason": f"framework built for CUDA {observed['cuda_build']}, driver supports {self.driver.cuda_version}"})
+        if not observed.get("cuda_available") or not observed.get("device_count"):
+            return TierResult("C2", "fail", "no_gpu", evidence | {"reason": "framework sees no GPU"})
+        return TierResult("C2", "pass", None, evidence)
+
+    def _environment(self) -> dict[str, Any]:
+        """Size of the agent's own environment: its prefix when that lies in the job's work dir.
+
+        An agent that used a shared base interpreter has no environment of its own to size.
+        """
+        prefix = (self.state.interpreter or {}).get("prefix")
+        workdir = self.attempt.paths.workdir.resolve()
+        if not prefix:
+            return {"prefix": None, "size_bytes": None}
+        root = Path(prefix).resolve()
+        if root != workdir and workdir not in root.parents:
+            return {"prefix": prefix, "size_bytes": None, "reason": "interpreter outside the job's work dir"}
+        return {"prefix": prefix, "size_bytes": directory_size(root)}
+
+    # -- C5: the report audit ---------------------------------------------------------------
+    def _audit(self) -> TierResult:
+        state = self.state
+        assert state.report is not None
+        interpreter = state.interpreter or {}
+        frameworks = state.frameworks or {}
+        measured = frameworks.get("_exit") == 0
+        found = measured and bool(frameworks.get("framework")) and not frameworks.get("error")
+        c4 = state.results.get("C4")
+        observed = Observations(
+            python_path=state.python,
+            python_exists=state.python_exists,
+            python_executable=state.python_executable,
+            python_runs=None if state.python is None else interpreter.get("_exit") == 0,
+            python_version=interpreter.get("version"),
+            framework=(frameworks.get("framework") or NO_FRAMEWORK) if measured else None,
+            framework_version=frameworks.get("version") if found else None,
+            cuda_available=frameworks.get("cuda_available") if found else None,
+            gpu_count=frameworks.get("device_count") if found else None,
+            ddp_ok=None if c4 is None or c4.status not in ("pass", "fail") else c4.status == "pass",
+        )
+        result = audit(state.report, observed)
+        evidence = asdict(result) | {"observed": asdict(observed), "claims": state.report.report,
+                                     "environment": self._environment()}
+        return TierResult("C5", result.status, result.category, evidence)
