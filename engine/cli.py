@@ -212,10 +212,14 @@ def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None) ->
 @click.argument("run_ref", metavar="RUN")
 @click.argument("job_ref", metavar="[JOB]", required=False)
 @db_option
+@click.option("--tier", type=click.Choice(ALL_TIERS), help="With retry: re-run only this tier on the kept state.")
 @click.option("--wait", "wait_s", type=float, default=5.0, show_default=True,
               help="Seconds to wait for the engine's acknowledgement (0: don't wait).")
-def control(action: str, run_ref: str, job_ref: str | None, db_path: Path | None, wait_s: float) -> None:
-    """Pause, resume or cancel a run or a job; retry a job. The engine applies it and acknowledges."""
+def control(
+    action: str, run_ref: str, job_ref: str | None, db_path: Path | None, tier: str | None, wait_s: float,
+) -> None:
+    """Pause, resume or cancel a run or a job; retry a job or one of its tiers. The engine applies it
+    and acknowledges."""
     reader = _reader(db_path)
     try:
         run_row = reader.resolve_run(run_ref)
@@ -224,8 +228,12 @@ def control(action: str, run_ref: str, job_ref: str | None, db_path: Path | None
         raise click.ClickException(str(error)) from error
     if action == "retry" and job is None:
         raise click.ClickException("retry needs a JOB")
-    control_id = insert_control(_db(db_path), run_row["id"], action, job_id=job["id"] if job else None)
+    if tier and action != "retry":
+        raise click.ClickException("--tier goes with retry")
+    control_id = insert_control(_db(db_path), run_row["id"], action, job_id=job["id"] if job else None, tier=tier)
     target = f"job {job['key']}" if job else f"run {run_row['id']}"
+    if tier:
+        target += f" tier {tier}"
     if not engine_alive(run_row):
         console.print(f"{action} {target}: queued (no engine is running this run; "
                       f"`resenv run --resume {run_row['id']}` applies it)")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .scheduler import Engine
 
+TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
 RUN_ACTIONS = {"pause", "resume", "cancel"}
 JOB_ACTIONS = {"pause", "resume", "cancel", "retry"}
 ACTIONS = RUN_ACTIONS | JOB_ACTIONS
@@ -29,6 +30,8 @@ class ControlApplier:
         job = self.engine.jobs.get(control["job_id"])
         if job is None:
             return "rejected", f"job {control['job_id']} is not in this run"
+        if action == "retry" and control.get("tier"):
+            return self.tier_retry(job, control["tier"])
         handler = getattr(self, f"job_{action}", None)
         return handler(job) if handler else ("rejected", f"unknown action {action!r}")
 
@@ -98,6 +101,20 @@ class ControlApplier:
         engine.pending.append(job["id"])
         engine.wake.set()
         return "applied", f"job {job['key']}: attempt {job['attempts'] + 1} queued"
+
+    def tier_retry(self, job: dict[str, Any], tier: str) -> tuple[str, str]:
+        """Re-run one probe on the kept post-agent state; earlier results stay in the store."""
+        engine = self.engine
+        if tier not in TIERS:
+            return "rejected", f"unknown tier {tier!r}; choose from {', '.join(TIERS)}"
+        if engine.cancelled:
+            return "rejected", "the run is being cancelled"
+        if job["id"] in engine.running or job["state"] not in ("done", "error", "cancelled"):
+            return "rejected", f"job {job['key']} is {job['state']}; retry a tier once the job has finished"
+        if job["attempts"] == 0:
+            return "rejected", f"job {job['key']} never ran: there is no post-agent state to probe"
+        engine.queue_tier_retry(job["id"], tier)
+        return "applied", f"job {job['key']}: tier {tier} queued to re-run on the state attempt {job['attempts']} left"
 
     # -- helpers ----------------------------------------------------------------------------
     def _stop(self, running: Any, reason: str) -> None:

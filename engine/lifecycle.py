@@ -90,6 +90,7 @@ class JobAttempt:
     sandbox: Sandbox | None = None
     pristine: Pristine | None = None
     tier_runner: TierRunner | None = None
+    log_prefix: str = ""  # tier re-runs write their logs beside the kept attempt's, under their own names
     _log_counter: int = field(default=0)
 
     @property
@@ -126,6 +127,31 @@ class JobAttempt:
         finally:
             await asyncio.shield(self._teardown())
         return outcome
+
+    async def execute_tier(self, tier: str, previous: dict[str, Any]) -> AttemptOutcome:
+        """Re-run one tier on this attempt's kept post-agent state (the agent does not run again)."""
+        outcome = AttemptOutcome("done")
+        try:
+            await self._phase("provision", self.timeouts.provision, self._reopen)
+            self.tier_runner = TierRunner(self, (tier,), self.lease.host.driver(), previous=previous)
+            runner = self.tier_runner
+            await self._phase("probes" if tier != "C5" else "audit", self.timeouts.probes, lambda: runner.rerun(tier))
+        except AttemptError as error:
+            outcome = AttemptOutcome("error", error.category, str(error))
+        finally:
+            await asyncio.shield(self._teardown())
+        return outcome
+
+    async def _reopen(self) -> None:
+        """A sandbox over the kept work dir, and the pristine copy the census reads."""
+        if not self.paths.workdir.is_dir():
+            raise AttemptError(f"the kept state of attempt {self.number} is gone: {self.paths.workdir}", "infra")
+        self.sandbox = self.lease.host.sandbox(self.paths.workdir)
+        repo = self.ctx.suite.repo(self.job["repo_id"])
+        source = repo.source
+        local = (self.ctx.bench.base_dir / source.path).resolve() if getattr(source, "path", None) else None
+        self.pristine = await self.ctx.pristines.get(
+            repo.id, local_tree=local, url=getattr(source, "git", None), commit=getattr(source, "commit", None))
 
     # -- phases -----------------------------------------------------------------------------
     async def _phase(self, name: str, timeout: float | None, body: Callable[[], Awaitable[None]]) -> None:
@@ -229,6 +255,7 @@ class JobAttempt:
         assert self.sandbox is not None
         self._log_counter += 1
         log_name = f"{log_name or phase}-{self._log_counter}" if phase != "agent" else "agent"
+        log_name = self.log_prefix + log_name
         prefix = self.base / "logs" / log_name
         kind = log_kind(log_name)
         self.sink.emit("command", {"phase": phase, "argv": argv, "log": log_name})

@@ -33,14 +33,19 @@ def read_lines(path: Path) -> list[OutputLine]:
 
 
 def replay_attempt_logs(
-    logs_dir: Path, attempt_id: int, stored: dict[tuple[int, str, str], int], sink: EventSink, adapter: Any
+    logs_dir: Path, attempt_id: int, log_names: set[str], stored: dict[tuple[int, str, str], int],
+    sink: EventSink, adapter: Any,
 ) -> int:
-    """Emit the lines of every raw log past what the store has; returns how many were added."""
+    """Emit the lines of the attempt's raw logs past what the store has; returns how many were added.
+
+    `log_names` are the logs the attempt's `command` events announced: a tier re-run shares its
+    logs folder with the attempt whose state it probes, and must not claim that attempt's lines.
+    """
     if not logs_dir.is_dir():
         return 0
     added = 0
     for path in sorted(logs_dir.iterdir()):
-        if path.suffix.lstrip(".") not in STREAMS:
+        if path.suffix.lstrip(".") not in STREAMS or path.stem not in log_names:
             continue
         log_name, stream = path.stem, path.suffix.lstrip(".")
         kind = log_kind(log_name)

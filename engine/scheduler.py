@@ -27,7 +27,7 @@ from .recovery import replay_attempt_logs
 from .sandbox.process import kill_stale_group
 from .spec import Benchmark, benchmark_from_snapshot
 from .store import StoreWriter, connect, dumps
-from .tiers import ALL_TIERS
+from .tiers import ALL_TIERS, ENTRYPOINT_OF, GPUS_FOR
 
 HEARTBEAT_S = 2.0
 CONTROL_POLL_S = 0.25
@@ -91,6 +91,7 @@ class Engine:
         self.wake = asyncio.Event()
         self.controls = ControlApplier(self)
         self.requeue_after: dict[int, float] = {}
+        self.tier_retries: deque[tuple[int, str]] = deque()
 
     # -- setup ------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -178,6 +179,11 @@ class Engine:
                 "SELECT * FROM attempts WHERE run_id = ? AND state = 'running'", (self.run_id,))]
             seqs = {row[0]: row[1] or 0 for row in conn.execute(
                 "SELECT attempt_id, MAX(seq) FROM events WHERE run_id = ? GROUP BY attempt_id", (self.run_id,))}
+            announced: dict[int, set[str]] = {}
+            for attempt_id, log in conn.execute(
+                "SELECT attempt_id, json_extract(data, '$.log') FROM events WHERE run_id = ? AND kind = 'command'",
+                (self.run_id,)):
+                announced.setdefault(attempt_id, set()).add(log)
             groups = [(row[0], row[1]) for row in conn.execute(
                 "SELECT attempt_id, json_extract(data, '$.pgid') FROM events WHERE run_id = ? AND kind = 'process'",
                 (self.run_id,))]
@@ -197,7 +203,8 @@ class Engine:
             job = self.jobs[attempt["job_id"]]
             sink = EventSink(self.writer, self.run_id, job["id"], attempt["id"], seqs.get(attempt["id"], 0))
             adapter = self.ctx.agents.get(job["agent"])
-            replayed = replay_attempt_logs(Path(attempt["workdir"]).parent / "logs", attempt["id"], logged, sink, adapter)
+            replayed = replay_attempt_logs(Path(attempt["workdir"]).parent / "logs", attempt["id"],
+                                           announced.get(attempt["id"], set()), logged, sink, adapter)
             sink.emit("interrupted", {"reason": "engine stopped while the attempt ran", "replayed_lines": replayed})
             self.writer.update("attempts", attempt["id"], {
                 "state": "error", "category": "infra", "reason": "interrupted: engine stopped", "finished_at": now,
@@ -214,7 +221,8 @@ class Engine:
         while True:
             if not self.cancelled and not self.paused:
                 self._dispatch()
-            if not self.running and (self.cancelled or not self.pending) and not self.requeue_after:
+            idle = not self.pending and not self.requeue_after and not self.tier_retries
+            if not self.running and (self.cancelled or idle):
                 if self.interrupted:
                     return "interrupted"
                 return "cancelled" if self.cancelled else "finished"
@@ -232,6 +240,7 @@ class Engine:
         GPUs in this round, so a stream of 1-GPU jobs cannot starve a 2-GPU job. CPU jobs still
         fill free slots.
         """
+        self._dispatch_tier_retries()
         waiting: deque[int] = deque()
         gpu_job_waiting = False
         while self.pending and len(self.running) < self.limit:
@@ -246,6 +255,89 @@ class Engine:
             self._start(job, lease)
         waiting.extend(self.pending)
         self.pending = waiting
+
+    def queue_tier_retry(self, job_id: int, tier: str) -> None:
+        self.tier_retries.append((job_id, tier))
+        self.wake.set()
+
+    def _dispatch_tier_retries(self) -> None:
+        waiting: deque[tuple[int, str]] = deque()
+        while self.tier_retries and len(self.running) < self.limit:
+            job_id, tier = self.tier_retries.popleft()
+            job = self.jobs[job_id]
+            lease = None if job_id in self.running else self.pool.lease(self._tier_gpus(job, tier))
+            if lease is None:
+                waiting.append((job_id, tier))
+                continue
+            running = Running(task=None)  # type: ignore[arg-type]
+            running.task = asyncio.create_task(self._run_tier(job, tier, running, lease), name=f"tier-{job['key']}-{tier}")
+            self.running[job_id] = running
+        waiting.extend(self.tier_retries)
+        self.tier_retries = waiting
+
+    def _tier_gpus(self, job: dict[str, Any], tier: str) -> int:
+        if tier not in GPUS_FOR:
+            return 0
+        entry = self.suite.repo(job["repo_id"]).tiers().get(ENTRYPOINT_OF.get(tier, ""))
+        return getattr(entry, "gpus", GPUS_FOR[tier]) if entry is not None and not isinstance(entry, str) else GPUS_FOR[tier]
+
+    async def _run_tier(self, job: dict[str, Any], tier: str, running: Running, lease: Lease) -> None:
+        """A tier re-run: a new attempt (scope = the tier) over the newest full attempt's kept work dir."""
+        kept = self._latest_full_attempt(job["id"])
+        job["attempts"] += 1
+        number, now = job["attempts"], time.time()
+        gpus = ",".join(str(gpu) for gpu in lease.gpus)
+        outcome = AttemptOutcome("error", "infra", "tier re-run did not start")
+        attempt_id: int | None = None
+        try:
+            attempt_id = await self.writer.insert("attempts", {
+                "run_id": self.run_id, "job_id": job["id"], "number": number, "state": "running", "scope": tier,
+                "host": lease.host.name, "gpus": gpus, "workdir": kept["workdir"], "started_at": now, "heartbeat_at": now,
+            })
+            self.writer.update("jobs", job["id"], {"attempts": number})
+            self.writer.execute(
+                "INSERT INTO leases (run_id, job_id, attempt_id, host, gpus, started_at) VALUES (?, ?, ?, ?, ?, ?)",
+                (self.run_id, job["id"], attempt_id, lease.host.name, gpus, now),
+            )
+            sink = EventSink(self.writer, self.run_id, job["id"], attempt_id)
+            running.attempt = JobAttempt(self.ctx, job, kept["number"], attempt_id, lease, sink,
+                                         log_prefix=f"retry{number}-")
+            sink.emit("tier_retry", {"tier": tier, "kept_attempt": kept["number"]})
+            outcome = await running.attempt.execute_tier(tier, self._latest_tier_rows(job["id"]))
+        except asyncio.CancelledError:
+            outcome = AttemptOutcome("cancelled", reason=running.stop_reason)
+        except Exception as error:  # the run goes on
+            outcome = AttemptOutcome("error", "infra", f"{type(error).__name__}: {error}")
+        finally:
+            self.pool.release(lease)
+            del self.running[job["id"]]
+            self.wake.set()
+        end = time.time()
+        if attempt_id is not None:
+            self.writer.update("attempts", attempt_id, {
+                "state": outcome.state, "category": outcome.category, "reason": outcome.reason,
+                "finished_at": end, "phase": None})
+            self.writer.execute("UPDATE leases SET ended_at = ? WHERE attempt_id = ?", (end, attempt_id))
+        self.display.message(f"{job['key']}: tier {tier} re-run {outcome.state}")
+
+    def _latest_full_attempt(self, job_id: int) -> dict[str, Any]:
+        conn = connect(self.db_path, readonly=True)
+        try:
+            row = conn.execute(
+                "SELECT number, workdir FROM attempts WHERE job_id = ? AND scope = 'job' ORDER BY number DESC LIMIT 1",
+                (job_id,)).fetchone()
+        finally:
+            conn.close()
+        return dict(row)
+
+    def _latest_tier_rows(self, job_id: int) -> dict[str, Any]:
+        conn = connect(self.db_path, readonly=True)
+        try:
+            rows = conn.execute("SELECT tier, status, category FROM tier_results WHERE job_id = ? ORDER BY id",
+                                (job_id,)).fetchall()
+        finally:
+            conn.close()
+        return {row["tier"]: dict(row) for row in rows}
 
     def _release_backoffs(self) -> None:
         now = time.monotonic()

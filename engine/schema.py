@@ -172,6 +172,10 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX controls_pending ON controls(run_id, acked_at);
     """,
+    # 2: an attempt's scope: the whole job, or one tier re-run on a kept post-agent state.
+    """
+    ALTER TABLE attempts ADD COLUMN scope TEXT NOT NULL DEFAULT 'job';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

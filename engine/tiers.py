@@ -94,11 +94,17 @@ def free_port() -> int:
 
 
 class TierRunner:
-    def __init__(self, attempt: JobAttempt, selected: tuple[str, ...], driver: DriverInfo | None) -> None:
+    def __init__(
+        self, attempt: JobAttempt, selected: tuple[str, ...], driver: DriverInfo | None,
+        previous: dict[str, Any] | None = None,
+    ) -> None:
         self.attempt = attempt
         self.selected = selected
         self.driver = driver
         self.state = ProbeState()
+        # A tier re-run judges with what the other tiers found last time (C5 needs C4's verdict).
+        for tier, row in (previous or {}).items():
+            self.state.results[tier] = TierResult(tier, row["status"], row["category"])
         self.repo = attempt.ctx.suite.repo(attempt.job["repo_id"])
         self.bench = attempt.ctx.bench
 

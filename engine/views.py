@@ -26,7 +26,8 @@ def job_rows(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
         row["job_id"]: row["seconds"] for row in reader.rows(
             "SELECT a.job_id, SUM(p.finished_at - p.started_at) AS seconds FROM phases p"
             " JOIN attempts a ON a.id = p.attempt_id WHERE a.run_id = ? AND p.name = 'agent'"
-            " AND a.number = (SELECT MAX(number) FROM attempts WHERE job_id = a.job_id) GROUP BY a.job_id",
+            " AND a.number = (SELECT MAX(number) FROM attempts WHERE job_id = a.job_id AND scope = 'job')"
+            " GROUP BY a.job_id",
             (run_id,),
         )
     }
