@@ -21,6 +21,7 @@ class JobPaths:
     report: Path
     gpus: tuple[int, ...] = ()
     python: str = ""
+    budget_s: float | None = None  # the agent's wall-clock budget (the agent phase's deadline), if known
 
     def template_values(self) -> dict[str, str]:
         return {

@@ -90,19 +90,28 @@ def test_shipped_benchmark_validates() -> None:
     assert bench.version == 1
     assert bench.base_dir == REPO_ROOT
     assert (bench.defaults.suite, bench.defaults.agent, bench.defaults.host) == (
-        "starter", "venv-pip", "local")
+        "starter", "baseline", "local")
     starter = bench.suite()
-    assert [repo.id for repo in starter.repos] == ["tiny-stdlib", "tiny-numpy"]
+    assert [repo.id for repo in starter.repos] == [
+        "tiny-stdlib", "tiny-numpy", "undeclared-dep", "c-extension", "numpy-v1-api",
+        "src-layout-extra", "torch-ddp"]
     for repo in starter.repos:
         tiers = repo.tiers()
         assert isinstance(tiers["cpu"], CpuEntrypoint)
-        assert tiers["single_gpu"] == tiers["multi_gpu"] == "no GPU code path"
-        assert repo.category == "cpu_only"
-        assert repo.gpus_needed() == 0
         folder = repo.source.resolve(bench.base_dir)
+        assert "README.md" in {p.name for p in folder.iterdir()}
+        if repo.id == "torch-ddp":
+            assert isinstance(tiers["single_gpu"], Entrypoint) and isinstance(tiers["multi_gpu"], Entrypoint)
+            assert repo.gpus_needed() == 2
+            continue
+        assert tiers["single_gpu"] == tiers["multi_gpu"] == "no GPU code path"
+        assert repo.gpus_needed() == 0
+    for repo_id in ("tiny-stdlib", "tiny-numpy"):
+        folder = starter.repo(repo_id).source.resolve(bench.base_dir)
         assert {"README.md", "requirements.txt", "main.py"} <= {p.name for p in folder.iterdir()}
     assert "numpy" in (REPO_ROOT / "suites/starter/tiny-numpy/requirements.txt").read_text()
     assert bench.agent("venv-pip").kind == bench.agent("noop").kind == "command"
+    assert bench.agent("baseline").kind == "baseline"
     assert bench.agent("noop").argv({}) == ["true"]
     assert bench.host().kind == "local"
 
@@ -137,7 +146,7 @@ def test_venv_pip_agent_builds_an_env_and_reports_it(tmp_path: Path) -> None:
     repo = bench.suite().repo("tiny-stdlib")
     values = {"env": str(tmp_path / "env"), "repo": str(repo.source.resolve(bench.base_dir)),
               "report": str(tmp_path / "report.json"), "workdir": str(tmp_path)}
-    agent = bench.agent()
+    agent = bench.agent("venv-pip")
 
     done = subprocess.run(agent.argv(values), cwd=tmp_path, capture_output=True, text=True,
                           timeout=300)
@@ -321,7 +330,7 @@ def test_bad_agent_name_points_at_the_key(tmp_path: Path) -> None:
 
 def test_unknown_agent_kind(tmp_path: Path) -> None:
     assert issues_of(tmp_path, edit("kind: command", "kind: robot")) == [
-        (7, "agents.a.kind", "unknown kind 'robot'; known agent kinds: command")]
+        (7, "agents.a.kind", "unknown kind 'robot'; known agent kinds: command, baseline, claude-code, codex")]
 
 
 def test_duplicate_yaml_key(tmp_path: Path) -> None:

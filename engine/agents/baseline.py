@@ -1,0 +1,109 @@
+"""The `baseline` agent: resenv's built-in rule-based agent (no LLM), honest about what it measured.
+
+The work is done by ONE stdlib-only script, `baseline_agent.py` beside this file (its docstring has
+the steps and the event schema). The adapter runs it by path inside the job's sandbox, with the
+engine's own interpreter (Python >= 3.11, for tomllib) as the driver, so the sandbox's timeout,
+pause and kill reach it and everything it starts. The env itself is built from `python:` (default:
+the engine's `sys.executable`).
+
+The sandbox gives every command a clean environment and a private HOME, which would hide the
+operator's package configuration; the adapter passes on exactly what an install needs to reach the
+same package sources the operator's pip/uv use, and nothing else (no API keys):
+
+* index, find-links, certificate and proxy variables (`FORWARDED_ENV`) when set;
+* the user's pip config file as `PIP_CONFIG_FILE` (pip would read it from the real HOME);
+* the user's pip and uv caches (`PIP_CACHE_DIR`, `UV_CACHE_DIR`), so jobs share one warm download
+  cache (both tools lock or write atomically; concurrent jobs are safe);
+* where uv is, when it is on the engine's PATH but not on the sandbox's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..sandbox.base import OutputLine
+from .base import AgentCommand, JobPaths
+
+SCRIPT = Path(__file__).with_name("baseline_agent.py")
+
+# Event types and the fields the script emits (see baseline_agent.py); anything else is kept raw.
+EVENT_FIELDS: dict[str, tuple[str, ...]] = {
+    "message": ("step", "text"),
+    "tool_call": ("id", "name", "step", "command", "cwd", "timeout_s"),
+    "output": ("id", "text"),
+    "tool_result": ("id", "exit_code", "seconds", "timed_out", "output_tail", "lines_dropped"),
+    "error": ("step", "category", "message"),
+}
+
+FORWARDED_ENV = (
+    "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST", "PIP_CERT",
+    "PIP_CLIENT_CERT", "PIP_CONFIG_FILE", "PIP_CONSTRAINT",
+    "UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_INDEX", "UV_DEFAULT_INDEX", "UV_FIND_LINKS",
+    "UV_NATIVE_TLS", "UV_PYTHON_DOWNLOADS",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+)
+
+
+def _user_pip_config(environ: dict[str, str]) -> str | None:
+    """The per-user pip config file pip would read with the real HOME (first that exists)."""
+    home = Path(environ.get("HOME") or Path.home())
+    config_home = Path(environ.get("XDG_CONFIG_HOME") or home / ".config")
+    for candidate in (config_home / "pip" / "pip.conf", home / ".pip" / "pip.conf"):
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
+def _cache_dir(environ: dict[str, str], tool: str) -> str:
+    home = Path(environ.get("HOME") or Path.home())
+    return str(Path(environ.get("XDG_CACHE_HOME") or home / ".cache") / tool)
+
+
+def forwarded_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """What the baseline passes from the engine's environment into the sandbox (see the module doc)."""
+    environ = dict(os.environ if environ is None else environ)
+    out = {name: environ[name] for name in FORWARDED_ENV if environ.get(name)}
+    if "PIP_CONFIG_FILE" not in out and (config := _user_pip_config(environ)):
+        out["PIP_CONFIG_FILE"] = config
+    out["PIP_CACHE_DIR"] = environ.get("PIP_CACHE_DIR") or _cache_dir(environ, "pip")
+    out["UV_CACHE_DIR"] = environ.get("UV_CACHE_DIR") or _cache_dir(environ, "uv")
+    return out
+
+
+class BaselineAgent:
+    def __init__(self, name: str, spec: Any) -> None:
+        self.name = name
+        self.spec = spec
+
+    def command(self, paths: JobPaths) -> AgentCommand:
+        argv = [sys.executable, "-u", str(SCRIPT), "--repo", str(paths.repo), "--env", str(paths.env),
+                "--report", str(paths.report), "--installer", self.spec.installer]
+        if self.spec.python:  # else the script's own interpreter (the engine's) is the base
+            argv += ["--python", self.spec.python]
+        if self.spec.offline:
+            argv.append("--offline")
+        uv = shutil.which("uv")
+        if uv:
+            argv += ["--uv", uv]
+        budget = getattr(paths, "budget_s", None)
+        if budget:
+            argv += ["--budget-s", f"{float(budget):g}"]
+        return AgentCommand(argv=argv, env=forwarded_env())
+
+    def parse(self, line: OutputLine) -> list[dict[str, Any]]:
+        """The script's jsonl events, kept whole (every field it emits); anything else as output."""
+        if line.stream != "stdout":
+            return [{"type": "output", "stream": line.stream, "text": line.text}]
+        try:
+            event = json.loads(line.text)
+        except ValueError:
+            return [{"type": "output", "stream": line.stream, "text": line.text}]
+        if not isinstance(event, dict) or event.get("type") not in EVENT_FIELDS:
+            return [{"type": "unknown", "raw": line.text}]
+        return [event]

@@ -1,0 +1,1530 @@
+#!/usr/bin/env python3
+"""resenv's built-in baseline agent: deterministic, rule-based, no LLM, and honest.
+
+ONE stdlib-only script (Python >= 3.11, for tomllib) that builds a Python environment for a repo
+and reports only what it measured. The `baseline` adapter (`baseline.py` beside this file) runs it
+inside the job's sandbox, so the sandbox's timeout, pause and kill reach it and every child::
+
+    python baseline_agent.py --repo REPO --env ENV --report REPORT [--python BASE]
+                             [--offline] [--installer auto|uv|pip] [--budget-s SECONDS] [--uv PATH]
+
+Steps
+-----
+1. **Metadata, statically** (repo code is never executed to learn dependencies): root
+   ``requirements*.txt`` (or ``requirements/*.txt`` when the root has none) minus files named for
+   docs/lint/dev/test/CI, with ``-r`` includes and ``-c`` constraints followed, ``--hash`` stripped,
+   index options (``--index-url``, ``--extra-index-url``, ``-f``, ``--pre``, ``--trusted-host``)
+   passed on (dropped offline), ``-e <local path>`` installed as a local project and other options
+   ignored; ``pyproject.toml`` (PEP 621 ``dependencies`` and the ``optional-dependencies`` groups
+   whose packages the code imports; Poetry ``[tool.poetry.dependencies]`` (caret/tilde ranges
+   converted), its non-optional groups, and its extras by the same import rule); ``setup.py``
+   (``install_requires`` / ``extras_require`` / ``ext_modules`` literals read with :mod:`ast`, simple
+   module-level constants followed, ``open("requirements.txt")`` idioms read as that file);
+   ``setup.cfg``; ``environment.yml`` (its ``pip:`` section only: conda package names are not pip
+   names; a small YAML subset is read, block lists only); ``.python-version``.
+2. **Environment**: ``{env}`` is created with ``uv venv`` (installer uv) or ``python -m venv``
+   (installer pip) from the base interpreter. ``installer: auto`` picks uv when it is found and no
+   pip-only package source (pip config file, ``PIP_INDEX_URL``/``PIP_FIND_LINKS``...) is in effect,
+   since uv would not see those sources; else pip. Offline, the env also sees the base
+   interpreter's site-packages (a ``.pth`` that calls ``site.addsitedir``), and installs use
+   ``--no-index`` (local wheels from find-links only) with no build isolation. Installs, in order:
+   the static requirements in one call (one by one when that call fails for a reason other than the
+   network), the repo itself (``-e .[extras]``) when it is a package (``setup.py``, or
+   ``pyproject.toml`` with ``[build-system]``/``[project]``/``[tool.poetry]``); then the import scan
+   (AST, absolute imports; stdlib, repo-own modules, ``TYPE_CHECKING`` blocks and imports guarded by
+   ``try/except ImportError`` are skipped) finds third-party modules the env still cannot find, maps
+   them to distributions (the table below, then the env's and the base's
+   ``importlib.metadata.packages_distributions()``, then the import name itself) and installs them.
+   Declared C extensions that still do not import get ``python setup.py build_ext --inplace``.
+3. **Verify** with the new interpreter: import the repo's top-level packages and declared extension
+   modules (from the repo dir, as its entrypoints run), and the first of torch / jax / tensorflow
+   that imports (the order the C2 probe uses). ``{report}`` is then written from measured values
+   only: ``python_path``, ``python_version``, ``framework`` {name, version} when one imports,
+   ``cuda_available`` / ``gpu_count`` only for torch (asked with the GPUs this job sees), else null;
+   ``ddp_expected_ok`` is always null (DDP is not tested); ``packages`` as the env lists them. A
+   first report is written as soon as the env exists, so a budget kill still leaves an honest one.
+4. **Events**: one JSON object per stdout line (resenv's jsonl transcript schema):
+
+   * ``{"type": "message", "step", "text"}`` — what the agent is doing or found;
+   * ``{"type": "tool_call", "id", "name": "shell", "step", "command": [argv], "cwd", "timeout_s"}``;
+   * ``{"type": "output", "id", "text"}`` — one line of that command's merged stdout/stderr
+     (at most ``STREAM_LINES`` per command; the rest is counted in ``tool_result``);
+   * ``{"type": "tool_result", "id", "exit_code", "seconds", "timed_out", "output_tail",
+     "lines_dropped"}`` (``exit_code`` null when the command could not start or was killed);
+   * ``{"type": "error", "step", "category", "message"}`` — a failed step; ``category`` is from
+     resenv's classifier vocabulary (``download_failed``, ``deps_missing``, ``native_extension``,
+     ``timeout``, ``runtime``, ``infra``) or ``budget``.
+5. **Budget**: ``--budget-s`` is the agent's wall-clock budget; installs stop when fewer than a
+   reserve's seconds are left (kept for verification and the report). pip runs with
+   ``--retries 1 --timeout 15`` (uv: ``UV_HTTP_TIMEOUT=15``, ``UV_HTTP_RETRIES=1``); after one network
+   failure no further download is attempted, so nothing hangs.
+
+Exit status: 0 every step succeeded; 1 the env and report exist but some step failed; 2 no env.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import configparser
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import tokenize
+from pathlib import Path
+from typing import Any, Iterable
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - Python < 3.11: pyproject.toml is then skipped, said so
+    tomllib = None  # type: ignore[assignment]
+
+# --------------------------------------------------------------------------------------------------
+# constants
+
+STREAM_LINES = 400
+TAIL_CHARS = 2000
+NET_TIMEOUT_S = 15
+SKIP_DIRS = frozenset({
+    ".git", ".hg", ".svn", "__pycache__", "node_modules", ".tox", ".nox", ".mypy_cache",
+    ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", "site-packages", ".venv", "venv", ".eggs",
+    "build", "dist",
+})
+# requirements files named for these are not what the code needs to run
+AUX_REQUIREMENTS = re.compile(r"(^|[-_.])(docs?|lint|style|format|dev|devel|tests?|ci|typing|mypy)([-_.]|$)")
+VERIFY_SKIP_PACKAGES = frozenset({"test", "tests", "testing", "docs", "doc", "examples", "example",
+                                  "benchmarks", "scripts"})
+FRAMEWORKS = ("torch", "jax", "tensorflow")
+STDLIB_EXTRA = frozenset({"__future__", "__main__"})
+
+# import name -> distribution name (None: not installable from a package index by that name)
+IMPORT_TO_DIST: dict[str, str | None] = {
+    "cv2": "opencv-python", "sklearn": "scikit-learn", "skimage": "scikit-image", "yaml": "PyYAML",
+    "PIL": "Pillow", "bs4": "beautifulsoup4", "attr": "attrs", "Crypto": "pycryptodome",
+    "Cryptodome": "pycryptodomex", "google.protobuf": "protobuf", "dateutil": "python-dateutil",
+    "dotenv": "python-dotenv", "jwt": "PyJWT", "serial": "pyserial", "usb": "pyusb", "zmq": "pyzmq",
+    "git": "GitPython", "github": "PyGithub", "nacl": "PyNaCl", "OpenSSL": "pyOpenSSL",
+    "Bio": "biopython", "OpenGL": "PyOpenGL", "fitz": "PyMuPDF", "docx": "python-docx",
+    "pptx": "python-pptx", "magic": "python-magic", "MySQLdb": "mysqlclient",
+    "psycopg2": "psycopg2-binary", "Levenshtein": "levenshtein", "dns": "dnspython",
+    "faiss": "faiss-cpu", "grpc": "grpcio", "pkg_resources": "setuptools", "_pytest": "pytest",
+    "IPython": "ipython", "mpl_toolkits": "matplotlib", "haiku": "dm-haiku", "tree": "dm-tree",
+    "sonnet": "dm-sonnet", "absl": "absl-py", "hydra": "hydra-core", "websocket": "websocket-client",
+    "socks": "PySocks", "multipart": "python-multipart", "osgeo": "GDAL", "ruamel": "ruamel.yaml",
+    "sentence_transformers": "sentence-transformers", "pytorch_lightning": "pytorch-lightning",
+    "torch_geometric": "torch-geometric", "dm_control": "dm-control", "jose": "python-jose",
+    "slugify": "python-slugify", "Xlib": "python-xlib", "telegram": "python-telegram-bot",
+    "igraph": "igraph", "community": "python-louvain", "sklearn_crfsuite": "sklearn-crfsuite",
+    "gflags": "python-gflags", "jsonpatch": "jsonpatch", "markdown": "Markdown", "jinja2": "Jinja2",
+    "soundfile": "soundfile", "tensorflow_datasets": "tensorflow-datasets",
+    "tensorflow_hub": "tensorflow-hub", "tf_keras": "tf-keras", "wx": "wxPython",
+    "gi": "PyGObject", "cairo": "pycairo", "lxml": "lxml", "distutils": "setuptools",
+    "Image": None,
+    # not on a package index under a usable name, or needs a platform/CUDA-specific build
+    "apex": None, "detectron2": None, "win32api": None, "win32con": None, "winreg": None,
+    "_winapi": None, "msvcrt": None, "cupy": None, "tensorrt_llm": None,
+}
+# distribution (canonical) -> import names, for choosing extras before anything is installed
+DIST_TO_IMPORTS_EXTRA: dict[str, tuple[str, ...]] = {
+    "pytorch-lightning": ("pytorch_lightning", "lightning"), "tensorflow-cpu": ("tensorflow",),
+    "tensorflow-gpu": ("tensorflow",), "opencv-python-headless": ("cv2",),
+    "opencv-contrib-python": ("cv2",), "jax": ("jax",), "jaxlib": ("jaxlib", "jax"),
+    "scikit-learn": ("sklearn",), "pillow-simd": ("PIL",), "protobuf": ("google",),
+}
+
+NETWORK_SIGNS = (
+    "Failed to establish a new connection", "Temporary failure in name resolution",
+    "Name or service not known", "Max retries exceeded", "ReadTimeoutError", "ConnectTimeoutError",
+    "Connection refused", "Network is unreachable", "No route to host", "ConnectionResetError",
+    "Could not fetch URL", "SSLError", "ProxyError", "Read timed out", "error sending request",
+    "dns error", "operation timed out", "Failed to fetch", "Could not connect",
+    "Connection reset by peer", "connect timeout",
+)
+NOT_FOUND_SIGNS = (
+    "No matching distribution found", "Could not find a version that satisfies",
+    "ResolutionImpossible", "No solution found", "not found in the package registry",
+    "Because there are no versions", "conflicting dependencies", "is not a valid",
+    "Invalid requirement", "because no versions of",
+)
+BUILD_SIGNS = (
+    "error: command '", "Failed building wheel", "Failed to build", "fatal error:",
+    "subprocess-exited-with-error", "Python.h", "error: Microsoft Visual C++", "nvcc",
+    "CUDA_HOME", "Failed to build wheel",
+)
+
+
+# --------------------------------------------------------------------------------------------------
+# events
+
+
+class Events:
+    """Writes resenv's jsonl events on stdout; thread-safe (command output is read by a thread)."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.lock = threading.Lock()
+        self.calls = 0
+
+    def emit(self, event: dict[str, Any]) -> None:
+        line = json.dumps(event, ensure_ascii=False, default=str)
+        with self.lock:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+
+    def message(self, step: str, text: str, **extra: Any) -> None:
+        self.emit({"type": "message", "step": step, "text": text, **extra})
+
+    def error(self, step: str, category: str, message: str, **extra: Any) -> None:
+        self.emit({"type": "error", "step": step, "category": category, "message": message, **extra})
+
+    def next_id(self) -> str:
+        with self.lock:
+            self.calls += 1
+            return f"c{self.calls}"
+
+
+# --------------------------------------------------------------------------------------------------
+# names and requirements
+
+
+def canonical(name: str) -> str:
+    """PEP 503 normalized distribution name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
+
+
+def requirement_name(requirement: str) -> str | None:
+    """The distribution name a requirement string names, or None (a URL or path)."""
+    text = requirement.strip()
+    if re.match(r"^(git\+|hg\+|svn\+|bzr\+|https?://|file:|\.|/)", text):
+        egg = re.search(r"[#&]egg=([A-Za-z0-9][A-Za-z0-9._-]*)", text)
+        return egg.group(1) if egg else None
+    match = _REQ_NAME.match(text)
+    return match.group(1) if match else None
+
+
+class RequirementSet:
+    """What step 1 found: requirement strings (in order, exact duplicates dropped), constraint
+    files, index options for pip, local projects to install editable, and where each came from."""
+
+    def __init__(self) -> None:
+        self.requirements: list[str] = []
+        self.constraints: list[str] = []
+        self.index_options: list[str] = []
+        self.local_projects: list[str] = []
+        self.sources: list[str] = []
+        self.notes: list[str] = []
+        self.python_version: str | None = None
+
+    def add(self, requirement: str) -> None:
+        requirement = requirement.strip()
+        if requirement and requirement not in self.requirements:
+            self.requirements.append(requirement)
+
+    def add_option(self, *option: str) -> None:
+        joined = " ".join(option)
+        existing = [" ".join(self.index_options[i:i + len(option)]) for i in range(len(self.index_options))]
+        if joined not in existing:
+            self.index_options.extend(option)
+
+    def names(self) -> set[str]:
+        return {canonical(n) for n in map(requirement_name, self.requirements) if n}
+
+
+# ---- requirements.txt
+
+
+def find_requirement_files(root: Path) -> list[Path]:
+    """Root ``requirements*.txt`` (or ``requirements/*.txt``), without docs/lint/dev/test/CI files."""
+    found = sorted(p for p in root.glob("requirements*.txt") if p.is_file())
+    if not found and (root / "requirements").is_dir():
+        found = sorted(p for p in (root / "requirements").glob("*.txt") if p.is_file())
+    kept = []
+    for path in found:
+        stem = path.stem.lower().removeprefix("requirements")
+        if path.parent.name == "requirements":
+            stem = "-" + path.stem.lower()
+        if AUX_REQUIREMENTS.search(stem):
+            continue
+        kept.append(path)
+    return kept
+
+
+def _logical_lines(text: str) -> Iterable[str]:
+    """Lines with ``\\`` continuations joined and comments removed."""
+    buffer = ""
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if line.endswith("\\"):
+            buffer += line[:-1] + " "
+            continue
+        line = buffer + line
+        buffer = ""
+        line = re.sub(r"(^|\s)#.*$", "", line).strip()
+        if line:
+            yield line
+    if buffer.strip():
+        yield re.sub(r"(^|\s)#.*$", "", buffer).strip()
+
+
+def read_requirements(path: Path, reqs: RequirementSet, seen: set[Path] | None = None) -> None:
+    """Add one requirements file (and what it includes) to `reqs`."""
+    seen = set() if seen is None else seen
+    path = path.resolve()
+    if path in seen or not path.is_file():
+        if not path.is_file():
+            reqs.notes.append(f"{path.name}: included file not found")
+        return
+    seen.add(path)
+    reqs.sources.append(str(path))
+    base = path.parent
+    for line in _logical_lines(path.read_text(errors="replace")):
+        option = re.match(r"^(-r|--requirement|-c|--constraint)(?:\s+|=)(.+)$", line)
+        if option:
+            target = (base / option.group(2).strip()).resolve()
+            if option.group(1) in ("-r", "--requirement"):
+                read_requirements(target, reqs, seen)
+            elif target.is_file():
+                reqs.constraints.append(str(target))
+            continue
+        index = re.match(r"^(-i|--index-url|--extra-index-url|-f|--find-links|--trusted-host)(?:\s+|=)(\S+)$", line)
+        if index:
+            flag = {"-i": "--index-url", "-f": "--find-links"}.get(index.group(1), index.group(1))
+            value = index.group(2)
+            if flag == "--find-links" and not re.match(r"^[a-z+]+://", value):
+                value = str((base / value).resolve())
+            reqs.add_option(flag, value)
+            continue
+        if line in ("--pre",):
+            reqs.add_option("--pre")
+            continue
+        editable = re.match(r"^(-e|--editable)(?:\s+|=)(.+)$", line)
+        if editable:
+            target = editable.group(2).strip()
+            if re.match(r"^(git|hg|svn|bzr)\+", target):
+                reqs.add(target)
+            else:
+                local = target.split("#", 1)[0].split("[", 1)[0]
+                extras = target[len(local):] if target[len(local):].startswith("[") else ""
+                reqs.local_projects.append(str((base / local).resolve()) + extras)
+            continue
+        if line.startswith("-"):
+            reqs.notes.append(f"{path.name}: option ignored: {line}")
+            continue
+        line = re.sub(r"\s--hash[=\s]\S+", "", line).strip()
+        if re.match(r"^(\.{1,2}/|/)", line) or line.startswith("file:"):
+            target = line.removeprefix("file:")
+            reqs.add(str((base / target).resolve()) if not target.startswith("/") else target)
+            continue
+        reqs.add(line)
+
+
+# ---- pyproject.toml
+
+
+def _poetry_constraint(spec: str) -> str:
+    """Poetry version constraints (^, ~, *, bare versions, comma/OR lists) as PEP 440 specifiers."""
+    spec = spec.strip()
+    if spec in ("", "*"):
+        return ""
+    if "||" in spec or "|" in spec:
+        return ""  # PEP 440 has no OR: install unconstrained rather than guess
+    parts = []
+    for part in re.split(r"\s*,\s*|\s+(?=[<>=!~^])", spec):
+        part = part.strip()
+        if not part:
+            continue
+        if part.startswith("^"):
+            version = part[1:]
+            nums = [int(x) if x.isdigit() else 0 for x in re.split(r"[.]", version)[:3]]
+            while len(nums) < 3:
+                nums.append(0)
+            given = len(version.split("."))
+            if nums[0] != 0:
+                upper = f"{nums[0] + 1}.0.0"
+            elif nums[1] != 0 or given < 3:
+                upper = f"0.{nums[1] + 1}.0" if given >= 2 else "1.0.0"
+            else:
+                upper = f"0.0.{nums[2] + 1}"
+            parts += [f">={version}", f"<{upper}"]
+        elif part.startswith("~") and not part.startswith("~="):
+            version = part[1:]
+            nums = version.split(".")
+            if len(nums) >= 2:
+                upper = f"{nums[0]}.{int(nums[1]) + 1}.0" if nums[1].isdigit() else ""
+            else:
+                upper = f"{int(nums[0]) + 1}.0.0" if nums[0].isdigit() else ""
+            parts += [f">={version}"] + ([f"<{upper}"] if upper else [])
+        elif re.match(r"^[0-9]", part):
+            parts.append(f"=={part}")
+        else:
+            parts.append(part)
+    return ",".join(parts)
+
+
+def _poetry_requirement(name: str, value: Any, base: Path) -> tuple[str | None, bool, list[str]]:
+    """(requirement, optional, extras) for one poetry dependency entry; None when it is skipped."""
+    if isinstance(value, list):  # multiple constraints: take the first one without markers
+        value = value[0] if value else "*"
+    if isinstance(value, str):
+        spec = _poetry_constraint(value)
+        return f"{name}{spec}", False, []
+    if not isinstance(value, dict):
+        return None, False, []
+    optional = bool(value.get("optional", False))
+    extras = [str(e) for e in value.get("extras", [])]
+    extra_text = f"[{','.join(extras)}]" if extras else ""
+    marker = ""
+    if isinstance(value.get("markers"), str):
+        marker = f"; {value['markers']}"
+    if "git" in value:
+        ref = value.get("rev") or value.get("tag") or value.get("branch")
+        url = f"git+{value['git']}" + (f"@{ref}" if ref else "")
+        return f"{name}{extra_text} @ {url}{marker}", optional, extras
+    if "url" in value:
+        return f"{name}{extra_text} @ {value['url']}{marker}", optional, extras
+    if "path" in value:
+        return str((base / str(value["path"])).resolve()), optional, extras
+    spec = _poetry_constraint(str(value.get("version", "*")))
+    return f"{name}{extra_text}{spec}{marker}", optional, extras
+
+
+def read_pyproject(path: Path) -> dict[str, Any]:
+    """The dependency metadata of a pyproject.toml.
+
+    Returns ``{"name", "dependencies": [...], "optional": {extra: [...]}, "installable": bool,
+    "requires_python", "error"}``; Poetry's optional dependencies appear under their extras.
+    """
+    out: dict[str, Any] = {"name": None, "dependencies": [], "optional": {}, "installable": False,
+                           "requires_python": None, "error": None}
+    if tomllib is None:
+        out["error"] = "tomllib needs Python >= 3.11: pyproject.toml not read"
+        return out
+    try:
+        data = tomllib.loads(path.read_text(errors="replace"))
+    except (tomllib.TOMLDecodeError, OSError) as exc:
+        out["error"] = f"pyproject.toml unreadable: {exc}"
+        return out
+    project: dict[str, Any] = data["project"] if isinstance(data.get("project"), dict) else {}
+    poetry = data.get("tool", {}).get("poetry", {}) if isinstance(data.get("tool"), dict) else {}
+    poetry = poetry if isinstance(poetry, dict) else {}
+    out["installable"] = bool("build-system" in data or project.get("name") or poetry.get("name"))
+    out["name"] = project.get("name") or poetry.get("name")
+    out["requires_python"] = project.get("requires-python")
+    deps = project.get("dependencies", [])
+    out["dependencies"] += [str(d) for d in deps if isinstance(d, str)] if isinstance(deps, list) else []
+    optional = project.get("optional-dependencies")
+    for extra, items in (optional if isinstance(optional, dict) else {}).items():
+        if isinstance(items, list):
+            out["optional"].setdefault(str(extra), []).extend(str(i) for i in items if isinstance(i, str))
+    # Poetry
+    base = path.parent
+    optional_by_name: dict[str, str] = {}
+    tables: list[Any] = [poetry.get("dependencies", {})]
+    groups = poetry.get("group", {}) if isinstance(poetry.get("group"), dict) else {}
+    for group in groups.values():
+        if isinstance(group, dict) and not group.get("optional", False):
+            tables.append(group.get("dependencies", {}))
+    for table in tables:
+        if not isinstance(table, dict):
+            continue
+        for name, value in table.items():
+            if name.lower() == "python":
+                if isinstance(value, str):
+                    out["requires_python"] = out["requires_python"] or _poetry_constraint(value)
+                continue
+            requirement, optional, _ = _poetry_requirement(str(name), value, base)
+            if requirement is None:
+                continue
+            if optional:
+                optional_by_name[canonical(name)] = requirement
+            else:
+                out["dependencies"].append(requirement)
+    for extra, names in (poetry.get("extras") or {}).items():
+        if isinstance(names, list):
+            chosen = [optional_by_name[canonical(n)] for n in names if canonical(str(n)) in optional_by_name]
+            out["optional"].setdefault(str(extra), []).extend(chosen)
+    return out
+
+
+# ---- setup.py and setup.cfg
+
+
+class _SetupReader(ast.NodeVisitor):
+    """Finds the ``setup(...)`` call and the extension modules of a setup.py, literals only."""
+
+    EXTENSION_CALLS = {"Extension", "CUDAExtension", "CppExtension", "Pybind11Extension", "Cython"}
+
+    def __init__(self, constants: dict[str, ast.AST]) -> None:
+        self.constants = constants
+        self.setup_call: ast.Call | None = None
+        self.extensions: list[str] = []
+        self.has_ext_modules = False
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = node.func.id if isinstance(node.func, ast.Name) else (
+            node.func.attr if isinstance(node.func, ast.Attribute) else None)
+        if name == "setup" and self.setup_call is None:
+            self.setup_call = node
+        if name in self.EXTENSION_CALLS:
+            target = None
+            if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                target = node.args[0].value
+            for kw in node.keywords:
+                if kw.arg == "name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
+                    target = kw.value.value
+            if target:
+                self.extensions.append(target)
+        self.generic_visit(node)
+
+
+def _literal(node: ast.AST | None, constants: dict[str, ast.AST], base: Path, depth: int = 0) -> Any:
+    """A literal value, following module-level names, ``+`` of lists, and requirement-file reads."""
+    if node is None or depth > 8:
+        raise ValueError("not a literal")
+    if isinstance(node, ast.Name) and node.id in constants:
+        return _literal(constants[node.id], constants, base, depth + 1)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _literal(node.left, constants, base, depth + 1) + _literal(node.right, constants, base, depth + 1)
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [_literal(e, constants, base, depth + 1) for e in node.elts]
+    if isinstance(node, ast.Dict):
+        return {_literal(k, constants, base, depth + 1): _literal(v, constants, base, depth + 1)
+                for k, v in zip(node.keys, node.values)}
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    # open("requirements.txt").read().splitlines() and friends: read that file as requirements
+    names = [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+             and n.value.endswith(".txt")]
+    if names:
+        reqs = RequirementSet()
+        for name in names:
+            read_requirements(base / name, reqs)
+        return list(reqs.requirements)
+    raise ValueError("not a literal")
+
+
+def read_setup_py(path: Path) -> dict[str, Any]:
+    """``install_requires``, ``extras_require``, extension module names and ``name`` of a setup.py,
+    read with :mod:`ast` only (never executed). ``error`` says what could not be read."""
+    out: dict[str, Any] = {"name": None, "install_requires": [], "extras_require": {}, "extensions": [],
+                           "has_ext_modules": False, "python_requires": None, "error": None}
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError, OSError) as exc:
+        out["error"] = f"setup.py unparsable: {exc}"
+        return out
+    constants: dict[str, ast.AST] = {}
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            constants[stmt.targets[0].id] = stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
+            constants[stmt.target.id] = stmt.value
+    reader = _SetupReader(constants)
+    reader.visit(tree)
+    out["extensions"] = sorted(set(reader.extensions))
+    call = reader.setup_call
+    if call is None:
+        out["error"] = "setup.py: no setup() call found"
+        return out
+    problems = []
+    for kw in call.keywords:
+        if kw.arg is None:
+            problems.append("**kwargs")
+            continue
+        if kw.arg == "ext_modules":
+            out["has_ext_modules"] = True
+            continue
+        if kw.arg not in ("install_requires", "extras_require", "name", "python_requires"):
+            continue
+        try:
+            value = _literal(kw.value, constants, path.parent)
+        except ValueError:
+            problems.append(kw.arg)
+            continue
+        if kw.arg == "install_requires":
+            value = [value] if isinstance(value, str) else value
+            out["install_requires"] = [str(v) for v in value if isinstance(v, str)]
+        elif kw.arg == "extras_require" and isinstance(value, dict):
+            out["extras_require"] = {
+                str(k): ([v] if isinstance(v, str) else [str(i) for i in v if isinstance(i, str)])
+                for k, v in value.items() if isinstance(v, (str, list, tuple))
+            }
+        elif kw.arg == "name" and isinstance(value, str):
+            out["name"] = value
+        elif kw.arg == "python_requires" and isinstance(value, str):
+            out["python_requires"] = value
+    out["has_ext_modules"] = out["has_ext_modules"] or bool(out["extensions"])
+    if problems:
+        out["error"] = "setup.py: not literal, not read: " + ", ".join(problems)
+    return out
+
+
+def _cfg_list(value: str) -> list[str]:
+    return [line.strip() for line in re.split(r"[\n;]" if "\n" in value else r"\n", value)
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def read_setup_cfg(path: Path) -> dict[str, Any]:
+    """``[options] install_requires`` and ``[options.extras_require]`` of a setup.cfg."""
+    out: dict[str, Any] = {"name": None, "install_requires": [], "extras_require": {}, "error": None}
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read_string(path.read_text(errors="replace"))
+    except (configparser.Error, OSError) as exc:
+        out["error"] = f"setup.cfg unreadable: {exc}"
+        return out
+    if parser.has_option("metadata", "name"):
+        out["name"] = parser.get("metadata", "name").strip()
+    if parser.has_option("options", "install_requires"):
+        out["install_requires"] = [line for line in parser.get("options", "install_requires").splitlines()
+                                   if line.strip() and not line.strip().startswith("#")]
+        out["install_requires"] = [line.strip() for line in out["install_requires"]]
+    if parser.has_section("options.extras_require"):
+        for extra, value in parser.items("options.extras_require"):
+            out["extras_require"][extra] = [line.strip() for line in value.splitlines()
+                                            if line.strip() and not line.strip().startswith("#")]
+    return out
+
+
+# ---- environment.yml
+
+
+def read_environment_yml(path: Path) -> dict[str, Any]:
+    """The ``pip:`` requirements and the conda ``python`` version of an environment.yml.
+
+    A small YAML subset: block lists under a top-level ``dependencies:`` key, and the block list
+    under its ``- pip:`` item. Flow lists (``[a, b]``), anchors and multi-line scalars are not
+    read (said in ``error``). Conda package names are not pip names, so they are not installed.
+    """
+    out: dict[str, Any] = {"pip": [], "conda": [], "python": None, "error": None}
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError as exc:
+        out["error"] = str(exc)
+        return out
+    in_deps = False
+    pip_indent: int | None = None
+    for raw in lines:
+        text = re.sub(r"\s+#.*$", "", raw.rstrip())
+        if not text.strip() or text.strip().startswith("#"):
+            continue
+        indent = len(text) - len(text.lstrip())
+        stripped = text.strip()
+        if indent == 0:
+            in_deps = stripped.startswith("dependencies:")
+            pip_indent = None
+            if in_deps and stripped != "dependencies:":
+                out["error"] = "dependencies: flow style not read"
+                in_deps = False
+            continue
+        if not in_deps:
+            continue
+        if pip_indent is not None and indent > pip_indent and stripped.startswith("- "):
+            out["pip"].append(stripped[2:].strip().strip("'\""))
+            continue
+        pip_indent = None
+        if stripped.startswith("- "):
+            item = stripped[2:].strip().strip("'\"")
+            if re.match(r"^pip\s*:\s*$", item):
+                pip_indent = indent
+                continue
+            if item.startswith("pip:"):
+                out["error"] = "pip: flow style not read"
+                continue
+            out["conda"].append(item)
+            match = re.match(r"^python\s*(?:[=<>!~]=?)\s*([0-9][0-9.*]*)", item)
+            if match:
+                out["python"] = match.group(1).rstrip(".*")
+    return out
+
+
+def read_python_version(root: Path) -> str | None:
+    path = root / ".python-version"
+    if not path.is_file():
+        return None
+    for line in path.read_text(errors="replace").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            return line
+    return None
+
+
+# --------------------------------------------------------------------------------------------------
+# the import scan
+
+
+def python_files(root: Path) -> list[Path]:
+    out = []
+    for directory, dirs, files in os.walk(root):
+        here = Path(directory)
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")
+                         and not (here / d / "pyvenv.cfg").exists())
+        out += [here / f for f in sorted(files) if f.endswith(".py")]
+    return out
+
+
+def _guards_import_error(handlers: list[ast.ExceptHandler]) -> bool:
+    for handler in handlers:
+        if handler.type is None:
+            return True
+        names = [n.id if isinstance(n, ast.Name) else getattr(n, "attr", "")
+                 for n in (handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type])]
+        if {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"} & set(names):
+            return True
+    return False
+
+
+def _is_type_checking(test: ast.AST) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imports_of(tree: ast.AST) -> list[tuple[str, bool, int]]:
+    """(dotted module, guarded, line) of every absolute import; TYPE_CHECKING blocks skipped.
+    `guarded`: inside a ``try`` whose handlers catch ImportError (or broader)."""
+    found: list[tuple[str, bool, int]] = []
+
+    def visit(node: ast.AST, guarded: bool) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child, guarded)
+            return
+        if isinstance(node, ast.Try) or type(node).__name__ == "TryStar":
+            inner = guarded or _guards_import_error(node.handlers)  # type: ignore[attr-defined]
+            for child in node.body:  # type: ignore[attr-defined]
+                visit(child, inner)
+            for part in (node.handlers, node.orelse, node.finalbody):  # type: ignore[attr-defined]
+                for child in part:
+                    visit(child, guarded)
+            return
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, guarded, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.append((node.module, guarded, node.lineno))
+        for child in ast.iter_child_nodes(node):
+            visit(child, guarded)
+
+    visit(tree, False)
+    return found
+
+
+def repo_modules(root: Path, files: list[Path], declared: Iterable[str] = ()) -> set[str]:
+    """Top-level names the repo provides itself: root and ``src/`` modules and packages, regular
+    packages whose parent is not a package, and declared extension / package names."""
+    names = set(declared)
+    for base in (root, root / "src"):
+        if not base.is_dir():
+            continue
+        for entry in base.iterdir():
+            if entry.is_file() and entry.suffix in (".py", ".pyi", ".so", ".pyd"):
+                names.add(entry.name.split(".", 1)[0])
+            elif entry.is_dir() and entry.name not in SKIP_DIRS and any(entry.glob("*.py")):
+                names.add(entry.name)
+    for path in files:
+        if path.name == "__init__.py" and not (path.parent.parent / "__init__.py").exists():
+            names.add(path.parent.name)
+    return names
+
+
+def scan_imports(root: Path, declared: Iterable[str] = ()) -> dict[str, Any]:
+    """The repo's absolute imports, third-party candidates only (stdlib and repo-own removed
+    later, since the stdlib is the env's): ``{"modules": {dotted: {"files", "guarded", "first"}},
+    "own": [...], "unparsable": [...]}``. `guarded` is True when every occurrence is guarded."""
+    files = python_files(root)
+    own = repo_modules(root, files, declared)
+    modules: dict[str, dict[str, Any]] = {}
+    unparsable = []
+    beside: dict[Path, set[str]] = {}
+    for path in files:
+        try:
+            with tokenize.open(path) as handle:
+                source = handle.read()
+            tree = ast.parse(source, filename=str(path))
+        except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
+            unparsable.append(str(path.relative_to(root)))
+            continue
+        if path.parent not in beside:
+            beside[path.parent] = {p.name.split(".", 1)[0] for p in path.parent.iterdir()
+                                   if (p.is_file() and p.suffix in (".py", ".so"))
+                                   or (p.is_dir() and any(p.glob("*.py")))}
+        siblings = beside[path.parent]
+        for dotted, guarded, line in imports_of(tree):
+            top = dotted.split(".", 1)[0]
+            if top in own or top in siblings:
+                continue
+            entry = modules.setdefault(dotted, {"files": 0, "guarded": True,
+                                                "first": f"{path.relative_to(root)}:{line}"})
+            entry["files"] += 1
+            entry["guarded"] = entry["guarded"] and guarded
+    return {"modules": modules, "own": sorted(own), "unparsable": unparsable}
+
+
+def third_party_candidates(scan: dict[str, Any], stdlib: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Dotted import -> info for imports that are not stdlib (top-level name checked)."""
+    std = set(stdlib) | STDLIB_EXTRA
+    return {name: info for name, info in scan["modules"].items() if name.split(".", 1)[0] not in std}
+
+
+def distribution_for(module: str, env_map: dict[str, list[str]] | None = None,
+                     base_map: dict[str, list[str]] | None = None) -> tuple[str | None, str]:
+    """(distribution, how) for a dotted import: the table (longest dotted prefix first), then the
+    env's and the base interpreter's installed metadata, then the top-level name itself.
+    A None distribution means: not installable by that name (the table says so)."""
+    parts = module.split(".")
+    for i in range(len(parts), 0, -1):
+        key = ".".join(parts[:i])
+        if key in IMPORT_TO_DIST:
+            return IMPORT_TO_DIST[key], "table"
+    top = parts[0]
+    for source, mapping in (("env metadata", env_map), ("base metadata", base_map)):
+        if mapping and mapping.get(top):
+            return sorted(mapping[top])[0], source
+    return top, "import name"
+
+
+def module_for_check(module: str) -> str:
+    """What to look up in the env for a dotted import: the longest table key it starts with (so
+    ``google.protobuf`` is checked as such, not as the namespace ``google``), else its top level."""
+    parts = module.split(".")
+    for i in range(len(parts), 1, -1):
+        key = ".".join(parts[:i])
+        if key in IMPORT_TO_DIST:
+            return key
+    return parts[0]
+
+
+def imports_for_distribution(requirement: str) -> set[str]:
+    """Import names a requirement's distribution is likely to provide (for choosing extras)."""
+    name = requirement_name(requirement)
+    if not name:
+        return set()
+    dist = canonical(name)
+    names = {dist.replace("-", "_"), name.replace("-", "_")}
+    for module, target in IMPORT_TO_DIST.items():
+        if target and canonical(target) == dist:
+            names.add(module.split(".", 1)[0] if "." not in module else module)
+    names.update(DIST_TO_IMPORTS_EXTRA.get(dist, ()))
+    return names
+
+
+def select_extras(optional: dict[str, list[str]], imported: Iterable[str], project: str | None) -> list[str]:
+    """The extras (optional-dependency groups) whose packages the code imports."""
+    tops = set()
+    for module in imported:
+        tops.add(module)
+        tops.add(module.split(".", 1)[0])
+    chosen = []
+    for extra, requirements in optional.items():
+        for requirement in requirements:
+            name = requirement_name(requirement)
+            if name and project and canonical(name) == canonical(project):
+                continue  # "all = [pkg[a,b]]": a reference to other extras
+            if imports_for_distribution(requirement) & tops:
+                chosen.append(extra)
+                break
+    return chosen
+
+
+def uv_options(options: list[str]) -> list[str]:
+    """pip's index options from requirements files, spelled for `uv pip install`."""
+    out, i = [], 0
+    while i < len(options):
+        flag = options[i]
+        if flag == "--pre":
+            out += ["--prerelease", "allow"]
+            i += 1
+            continue
+        value = options[i + 1] if i + 1 < len(options) else ""
+        out += ["--allow-insecure-host" if flag == "--trusted-host" else flag, value]
+        i += 2
+    return out
+
+
+def classify_failure(output: str, timed_out: bool = False) -> str:
+    if timed_out:
+        return "timeout"
+    if any(sign in output for sign in NETWORK_SIGNS):
+        return "download_failed"
+    if any(sign in output for sign in BUILD_SIGNS):
+        return "native_extension"
+    if any(sign in output for sign in NOT_FOUND_SIGNS):
+        return "deps_missing"
+    return "runtime"
+
+
+# --------------------------------------------------------------------------------------------------
+# running commands
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as handle:
+                stat = handle.read()
+            ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    """Kill a command and everything it started (they stay in the sandbox's process group, so the
+    sandbox can still pause and kill them; here only this command's own tree is ended)."""
+    victims = _descendants(proc.pid) + [proc.pid]
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class Result:
+    def __init__(self, exit_code: int | None, seconds: float, output: str, timed_out: bool,
+                 skipped: bool = False) -> None:
+        self.exit_code, self.seconds, self.output = exit_code, seconds, output
+        self.timed_out, self.skipped = timed_out, skipped
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class Runner:
+    """Runs commands with events for each, under the budget."""
+
+    def __init__(self, events: Events, budget_s: float | None, reserve_s: float | None = None) -> None:
+        self.events = events
+        self.start = time.monotonic()
+        self.deadline = None if budget_s is None else self.start + budget_s
+        if reserve_s is None and budget_s is not None:
+            reserve_s = min(90.0, max(10.0, 0.15 * budget_s))
+        self.reserve = reserve_s or 0.0
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def install_time_left(self) -> float | None:
+        """Seconds an install step may still take (the reserve is kept for verify + report)."""
+        left = self.remaining()
+        return None if left is None else left - self.reserve
+
+    def run(self, step: str, argv: list[str], *, cwd: Path | None = None, env: dict[str, str] | None = None,
+            timeout: float | None = None, install: bool = False, display: list[str] | None = None,
+            quiet: bool = False) -> Result:
+        """Run `argv` (shown in the events as `display`, if given). A `quiet` command (the agent's
+        own measurement scripts, whose output is one JSON line) streams no output events."""
+        limit = timeout
+        if self.deadline is not None:
+            left = (self.install_time_left() if install else self.remaining()) or 0.0
+            left = left if install else left - 2
+            if left < 5:
+                self.events.error(step, "budget", f"skipped: {max(0, int(left))} s of budget left for this step",
+                                  command=argv)
+                return Result(None, 0.0, "", False, skipped=True)
+            limit = left if limit is None else min(limit, left)
+        call_id = self.events.next_id()
+        self.events.emit({"type": "tool_call", "id": call_id, "name": "shell", "step": step,
+                          "command": display or argv,
+                          "cwd": str(cwd) if cwd else os.getcwd(),
+                          "timeout_s": None if limit is None else round(limit, 1)})
+        started = time.monotonic()
+        try:
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT)
+        except OSError as exc:
+            message = f"cannot start {argv[0]}: {exc.strerror or exc}"
+            self.events.emit({"type": "tool_result", "id": call_id, "exit_code": None, "seconds": 0.0,
+                              "timed_out": False, "output_tail": message, "lines_dropped": 0})
+            return Result(None, 0.0, message, False)
+        tail: list[str] = []
+        size = [0, 0]  # chars in tail, lines dropped from the stream
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            streamed = 0
+            for raw in iter(proc.stdout.readline, b""):
+                text = raw.decode(errors="replace").rstrip("\r\n")
+                if quiet:
+                    pass
+                elif streamed < STREAM_LINES:
+                    self.events.emit({"type": "output", "id": call_id, "text": text[:4000]})
+                    streamed += 1
+                else:
+                    size[1] += 1
+                tail.append(text)
+                size[0] += len(text) + 1
+                while size[0] > 64 * 1024 and len(tail) > 1:
+                    size[0] -= len(tail.pop(0)) + 1
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        timed_out = False
+        try:
+            proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_tree(proc)
+            proc.wait()
+        reader.join(timeout=10)
+        seconds = round(time.monotonic() - started, 3)
+        output = "\n".join(tail)
+        code = None if timed_out else proc.returncode
+        shown = output[-TAIL_CHARS:] if not quiet or code != 0 else f"({len(output)} characters of JSON)"
+        self.events.emit({"type": "tool_result", "id": call_id, "exit_code": code, "seconds": seconds,
+                          "timed_out": timed_out, "output_tail": shown, "lines_dropped": size[1]})
+        return Result(code, seconds, output, timed_out)
+
+
+# --------------------------------------------------------------------------------------------------
+# the agent
+
+
+ENV_SNIPPET = r"""
+import json, sys, importlib.util, importlib.metadata as md
+names = json.loads(sys.argv[1])
+found = {}
+for name in names:
+    try:
+        found[name] = importlib.util.find_spec(name) is not None
+    except Exception:
+        found[name] = False
+try:
+    mapping = {k: sorted(set(v)) for k, v in md.packages_distributions().items()}
+except Exception:
+    mapping = {}
+print(json.dumps({"found": found, "map": mapping,
+                  "stdlib": sorted(getattr(sys, "stdlib_module_names", ())),
+                  "version": "%d.%d.%d" % sys.version_info[:3]}))
+"""
+
+VERIFY_SNIPPET = r"""
+import importlib, importlib.util, importlib.metadata as md, json, platform, sys, time, traceback
+names = json.loads(sys.argv[1])
+out = {"python_version": platform.python_version(), "executable": sys.executable, "imports": {},
+       "framework": None, "packages": {}}
+for name in names:
+    started = time.time()
+    try:
+        importlib.import_module(name)
+        out["imports"][name] = {"ok": True, "seconds": round(time.time() - started, 3)}
+    except BaseException as exc:
+        out["imports"][name] = {"ok": False, "error": "%s: %s" % (type(exc).__name__, exc)}
+for fw in ("torch", "jax", "tensorflow"):
+    try:
+        if importlib.util.find_spec(fw) is None:
+            continue
+    except Exception:
+        continue
+    try:
+        module = importlib.import_module(fw)
+    except ImportError as exc:
+        out.setdefault("framework_errors", {})[fw] = "%s: %s" % (type(exc).__name__, exc)
+        continue
+    except BaseException as exc:
+        out.setdefault("framework_errors", {})[fw] = "%s: %s" % (type(exc).__name__, exc)
+        break
+    info = {"name": fw, "version": getattr(module, "__version__", None)}
+    if fw == "torch":
+        try:
+            available = bool(module.cuda.is_available())
+            info["cuda_available"] = available
+            info["gpu_count"] = module.cuda.device_count() if available else 0
+        except BaseException as exc:
+            info["cuda_error"] = "%s: %s" % (type(exc).__name__, exc)
+    out["framework"] = info
+    break
+for dist in md.distributions():
+    try:
+        out["packages"][dist.metadata["Name"]] = dist.version
+    except Exception:
+        pass
+print(json.dumps(out))
+"""
+
+PIP_ONLY_SOURCES = ("PIP_CONFIG_FILE", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS")
+UV_SOURCES = ("UV_INDEX_URL", "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_INDEX", "UV_DEFAULT_INDEX")
+
+
+class Agent:
+    def __init__(self, args: argparse.Namespace, events: Events) -> None:
+        self.args = args
+        self.events = events
+        self.repo = Path(args.repo).resolve()
+        self.env_dir = Path(args.env).absolute()
+        self.report_path = Path(args.report).absolute()
+        self.base_python = args.python or sys.executable
+        self.runner = Runner(events, args.budget_s)
+        self.failures: list[dict[str, Any]] = []
+        self.steps: list[dict[str, Any]] = []
+        self.network_down = False
+        self.installer = "pip"
+        self.uv: str | None = None
+        self.child_env = dict(os.environ)
+        self.child_env.update({
+            "PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+            "PIP_DEFAULT_TIMEOUT": str(NET_TIMEOUT_S), "PIP_RETRIES": "1",
+            "UV_HTTP_TIMEOUT": str(NET_TIMEOUT_S), "UV_HTTP_RETRIES": "1", "UV_NO_PROGRESS": "1",
+        })
+        self.child_env.pop("VIRTUAL_ENV", None)
+        self.child_env.pop("PYTHONPATH", None)
+        self.child_env.pop("PYTHONHOME", None)
+
+    # -- helpers ---------------------------------------------------------------------------
+    @property
+    def env_python(self) -> str:
+        return str(self.env_dir / "bin" / "python")
+
+    def fail(self, step: str, category: str, message: str, **extra: Any) -> None:
+        self.failures.append({"step": step, "category": category, "message": message[:500], **extra})
+        self.events.error(step, category, message, **extra)
+
+    def record(self, step: str, ok: bool, **extra: Any) -> None:
+        self.steps.append({"step": step, "ok": ok, **extra})
+
+    def python_json(self, step: str, snippet: str, payload: Any, *, cwd: Path | None = None,
+                    python: str | None = None, timeout: float = 120) -> dict[str, Any] | None:
+        """Run one of the agent's measurement snippets (`ENV_SNIPPET`, `VERIFY_SNIPPET`); its JSON."""
+        label = "<find modules and distributions>" if snippet is ENV_SNIPPET else "<import and measure>"
+        flags = ["-I"] if cwd is None else []
+        argv = [python or self.env_python, *flags, "-c", snippet, json.dumps(payload)]
+        display = [python or self.env_python, *flags, "-c", label, json.dumps(payload)]
+        result = self.runner.run(step, argv, cwd=cwd or self.env_dir, env=self.child_env, timeout=timeout,
+                                 display=display, quiet=True)
+        if not result.ok:
+            return None
+        for line in reversed(result.output.splitlines()):
+            if line.startswith("{"):
+                try:
+                    return json.loads(line)
+                except ValueError:
+                    break
+        return None
+
+    # -- step 1 ----------------------------------------------------------------------------
+    def read_metadata(self) -> dict[str, Any]:
+        root = self.repo
+        reqs = RequirementSet()
+        for path in find_requirement_files(root):
+            read_requirements(path, reqs)
+        meta: dict[str, Any] = {"reqs": reqs, "project": None, "optional": {}, "installable": False,
+                                "extensions": [], "has_ext_modules": False, "name": None,
+                                "python_version": read_python_version(root)}
+        pyproject = root / "pyproject.toml"
+        if pyproject.is_file():
+            data = read_pyproject(pyproject)
+            reqs.sources.append(str(pyproject))
+            if data["error"]:
+                reqs.notes.append(data["error"])
+            for dep in data["dependencies"]:
+                reqs.add(dep)
+            meta["optional"].update(data["optional"])
+            meta["installable"] = data["installable"]
+            meta["name"] = data["name"]
+        setup_py = root / "setup.py"
+        if setup_py.is_file():
+            data = read_setup_py(setup_py)
+            reqs.sources.append(str(setup_py))
+            if data["error"]:
+                reqs.notes.append(data["error"])
+            for dep in data["install_requires"]:
+                reqs.add(dep)
+            for extra, deps in data["extras_require"].items():
+                meta["optional"].setdefault(extra, []).extend(deps)
+            meta["installable"] = True
+            meta["extensions"] = data["extensions"]
+            meta["has_ext_modules"] = data["has_ext_modules"]
+            meta["name"] = meta["name"] or data["name"]
+        setup_cfg = root / "setup.cfg"
+        if setup_cfg.is_file():
+            data = read_setup_cfg(setup_cfg)
+            if data["install_requires"] or data["extras_require"]:
+                reqs.sources.append(str(setup_cfg))
+            if data["error"]:
+                reqs.notes.append(data["error"])
+            for dep in data["install_requires"]:
+                reqs.add(dep)
+            for extra, deps in data["extras_require"].items():
+                meta["optional"].setdefault(extra, []).extend(deps)
+            meta["name"] = meta["name"] or data["name"]
+        for name in ("environment.yml", "environment.yaml"):
+            path = root / name
+            if path.is_file():
+                data = read_environment_yml(path)
+                reqs.sources.append(str(path))
+                if data["error"]:
+                    reqs.notes.append(f"{name}: {data['error']}")
+                for dep in data["pip"]:
+                    if dep.startswith("-r ") or dep.startswith("--requirement"):
+                        read_requirements(root / dep.split(None, 1)[1], reqs)
+                    elif not dep.startswith("-"):
+                        reqs.add(dep)
+                if data["conda"]:
+                    reqs.notes.append(f"{name}: conda packages not installed (not pip names): "
+                                      + ", ".join(d for d in data["conda"][:20] if not d.startswith("python")))
+                meta["python_version"] = meta["python_version"] or data["python"]
+                break
+        # local "-e ." of the repo itself is the project install
+        root_text = str(root)
+        for local in list(reqs.local_projects):
+            if local.split("[", 1)[0] == root_text:
+                reqs.local_projects.remove(local)
+                meta["installable"] = True
+        self.events.message("metadata", "dependency metadata read", sources=[
+            str(Path(s).relative_to(root)) if s.startswith(root_text) else s for s in reqs.sources],
+            requirements=reqs.requirements, optional=meta["optional"], constraints=reqs.constraints,
+            index_options=reqs.index_options, local_projects=reqs.local_projects,
+            installable=meta["installable"], extensions=meta["extensions"],
+            python_version=meta["python_version"], notes=reqs.notes)
+        return meta
+
+    # -- step 2 ----------------------------------------------------------------------------
+    def choose_python(self, wanted: str | None) -> None:
+        if not wanted or self.args.python:
+            return
+        match = re.match(r"^(?:python|cpython-?)?(\d+)\.(\d+)", wanted.strip())
+        if not match:
+            return
+        want = f"{match.group(1)}.{match.group(2)}"
+        probe = subprocess.run([self.base_python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                               capture_output=True, text=True, timeout=60)
+        have = probe.stdout.strip()
+        if have == want:
+            return
+        candidate = shutil.which(f"python{want}", path=self.child_env.get("PATH"))
+        if candidate:
+            self.events.message("env", f"the repo asks for Python {want}; using {candidate} (base has {have})")
+            self.base_python = candidate
+        else:
+            self.events.message("env", f"the repo asks for Python {want}, which is not on PATH; "
+                                       f"using the base interpreter's {have}")
+
+    def choose_installer(self) -> None:
+        wanted = self.args.installer
+        uv = self.args.uv or shutil.which("uv", path=self.child_env.get("PATH"))
+        if wanted == "uv" and not uv:
+            self.fail("env", "infra", "installer uv asked for but not found; using pip")
+            wanted = "pip"
+        if wanted == "auto":
+            pip_only = [v for v in PIP_ONLY_SOURCES if os.environ.get(v)]
+            uv_has = [v for v in UV_SOURCES if os.environ.get(v)]
+            if uv and pip_only and not uv_has:
+                self.events.message("env", "uv found, but package sources are configured for pip only "
+                                           f"({', '.join(pip_only)}): using pip")
+                wanted = "pip"
+            else:
+                wanted = "uv" if uv else "pip"
+        self.installer = wanted
+        self.uv = uv if wanted == "uv" else None
+
+    def create_env(self) -> bool:
+        if self.installer == "uv":
+            assert self.uv
+            argv = [self.uv, "venv", "--seed", "--python", self.base_python, str(self.env_dir)]
+        else:
+            argv = [self.base_python, "-m", "venv", str(self.env_dir)]
+        if self.env_dir.exists():
+            shutil.rmtree(self.env_dir, ignore_errors=True)
+        self.env_dir.parent.mkdir(parents=True, exist_ok=True)
+        result = self.runner.run("env", argv, env=self.child_env, cwd=self.env_dir.parent, timeout=600)
+        ok = result.ok and Path(self.env_python).exists()
+        self.record("env", ok, installer=self.installer, base_python=self.base_python)
+        if not ok:
+            self.fail("env", classify_failure(result.output, result.timed_out) if not result.skipped else "budget",
+                      f"could not create the environment with {argv[0]}")
+            return False
+        if self.args.offline:
+            self.layer_base_site_packages()
+        return True
+
+    def layer_base_site_packages(self) -> None:
+        """Offline: let the env see what the base interpreter already has, env-installed first."""
+        probe = subprocess.run(
+            [self.base_python, "-c", "import json, site, sysconfig; paths = site.getsitepackages() + "
+             "[sysconfig.get_paths()['purelib'], sysconfig.get_paths()['platlib']]; "
+             "print(json.dumps(sorted(set(paths), key=paths.index)))"],
+            capture_output=True, text=True, timeout=60, env=self.child_env)
+        try:
+            paths = [p for p in json.loads(probe.stdout.strip().splitlines()[-1]) if os.path.isdir(p)]
+        except (ValueError, IndexError):
+            self.fail("env", "infra", "offline: could not list the base interpreter's site-packages")
+            return
+        purelib = subprocess.run([self.env_python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                 capture_output=True, text=True, timeout=60, env=self.child_env).stdout.strip()
+        if not purelib:
+            self.fail("env", "infra", "offline: could not find the env's site-packages")
+            return
+        lines = "; ".join(f"site.addsitedir({p!r})" for p in paths)
+        (Path(purelib) / "_resenv_base_site.pth").write_text(f"import site; {lines}\n")
+        self.events.message("env", "offline: the env also sees the base interpreter's packages", paths=paths)
+
+    def install_argv(self, packages: list[str], *, editable: bool = False, extra: list[str] | None = None,
+                     options: list[str] | None = None, constraints: list[str] | None = None) -> list[str]:
+        if self.installer == "uv":
+            assert self.uv
+            argv = [self.uv, "pip", "install", "--python", self.env_python]
+        else:
+            argv = [self.env_python, "-m", "pip", "install", "--retries", "1", "--timeout", str(NET_TIMEOUT_S),
+                    "--progress-bar", "off"]
+        if self.args.offline:
+            argv.append("--no-index")
+            if editable or extra:
+                argv.append("--no-build-isolation")
+        elif self.installer == "uv":
+            argv += uv_options(options or [])
+        else:
+            argv += options or []
+        for constraint in constraints or []:
+            argv += ["-c", constraint]
+        argv += extra or []
+        if editable:
+            for package in packages:
+                argv += ["-e", package]
+        else:
+            argv += packages
+        return argv
+
+    def install(self, step: str, packages: list[str], *, meta: dict[str, Any] | None = None,
+                editable: bool = False, cwd: Path | None = None, one_by_one: bool = True) -> list[str]:
+        """Install `packages`; on a failure that is not the network's, again one at a time.
+        Returns the packages that failed."""
+        if not packages:
+            return []
+        if self.network_down and not self.args.offline:
+            self.fail(step, "download_failed", "skipped after an earlier network failure: " + ", ".join(packages))
+            return list(packages)
+        reqs: RequirementSet | None = meta["reqs"] if meta else None
+        options = reqs.index_options if reqs else []
+        constraints = reqs.constraints if reqs else []
+        argv = self.install_argv(packages, editable=editable, options=options, constraints=constraints)
+        result = self.runner.run(step, argv, cwd=cwd or self.repo, env=self.child_env, install=True)
+        if result.ok:
+            self.record(step, True, packages=packages)
+            return []
+        if result.skipped:
+            self.record(step, False, packages=packages, reason="budget")
+            self.failures.append({"step": step, "category": "budget", "message": "skipped: budget"})
+            return list(packages)
+        category = classify_failure(result.output, result.timed_out)
+        if category == "download_failed":
+            self.network_down = not self.args.offline
+        if len(packages) == 1 or not one_by_one or category in ("download_failed", "timeout"):
+            self.record(step, False, packages=packages, category=category)
+            self.fail(step, category, f"install failed: {' '.join(packages)}", exit_code=result.exit_code)
+            return list(packages)
+        self.events.message(step, f"{len(packages)} packages together failed ({category}); trying one at a time")
+        failed = []
+        for package in packages:
+            failed += self.install(step, [package], meta=meta, editable=editable, cwd=cwd, one_by_one=False)
+            if self.network_down:
+                rest = packages[packages.index(package) + 1:]
+                if rest:
+                    self.fail(step, "download_failed", "skipped after a network failure: " + ", ".join(rest))
+                failed += rest
+                break
+        return failed
+
+    def env_lookup(self, names: list[str], python: str | None = None) -> dict[str, Any]:
+        data = self.python_json("scan", ENV_SNIPPET, names, python=python)
+        return data or {"found": {}, "map": {}, "stdlib": sorted(sys.stdlib_module_names), "version": None}
+
+    # -- step 3 ----------------------------------------------------------------------------
+    def verify(self, meta: dict[str, Any], own: list[str]) -> dict[str, Any] | None:
+        packages = []
+        for base in (self.repo, self.repo / "src"):
+            if base.is_dir():
+                packages += sorted(p.name for p in base.iterdir() if p.is_dir() and (p / "__init__.py").is_file()
+                                   and p.name not in VERIFY_SKIP_PACKAGES and p.name.isidentifier())
+        packages += [name for name in meta["extensions"] if name not in packages]
+        self.events.message("verify", "importing the repo's packages and the frameworks with the new interpreter",
+                            modules=packages)
+        data = self.python_json("verify", VERIFY_SNIPPET, packages, cwd=self.repo, timeout=300)
+        if data is None:
+            self.fail("verify", "runtime", "the verification script did not run in the new interpreter")
+            return None
+        for name, outcome in data.get("imports", {}).items():
+            if not outcome.get("ok"):
+                self.fail("verify", "runtime", f"import {name} failed: {outcome.get('error')}")
+        self.record("verify", all(o.get("ok") for o in data.get("imports", {}).values()),
+                    imports=data.get("imports"))
+        return data
+
+    def write_report(self, measured: dict[str, Any], final: bool) -> None:
+        framework = measured.get("framework")
+        report: dict[str, Any] = {
+            "python_path": self.env_python,
+            "python_version": measured.get("python_version"),
+            "framework": None,
+            "cuda_available": None,
+            "gpu_count": None,
+            "ddp_expected_ok": None,
+        }
+        if framework and framework.get("name"):
+            report["framework"] = {"name": framework["name"], "version": framework.get("version")}
+            if framework["name"] == "torch" and "cuda_available" in framework:
+                report["cuda_available"] = framework["cuda_available"]
+                report["gpu_count"] = framework.get("gpu_count")
+        if measured.get("packages"):
+            report["packages"] = measured["packages"]
+        state = "final" if final else "preliminary (written when the env was created)"
+        failed = [f"{f['step']}: {f['category']}" for f in self.failures]
+        report["notes"] = (f"resenv baseline agent, {state}; installer {self.installer}"
+                           f"{', offline' if self.args.offline else ''}; "
+                           + (f"failed steps: {'; '.join(failed)}" if failed else "every step succeeded")
+                           + ". Only measured values are claimed; DDP was not tested.")
+        report["baseline"] = {"final": final, "installer": self.installer, "offline": bool(self.args.offline),
+                              "steps": self.steps, "failures": self.failures,
+                              "seconds": round(time.monotonic() - self.runner.start, 3)}
+        self.report_path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.report_path.with_name(self.report_path.name + ".tmp")
+        temporary.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+        os.replace(temporary, self.report_path)
+        self.events.message("report", f"wrote {state} report", path=str(self.report_path),
+                            claims={k: report[k] for k in ("python_path", "python_version", "framework",
+                                                           "cuda_available", "gpu_count", "ddp_expected_ok")})
+
+    # -- main ------------------------------------------------------------------------------
+    def run(self) -> int:
+        events = self.events
+        events.message("start", "resenv baseline agent", repo=str(self.repo), env=str(self.env_dir),
+                       offline=bool(self.args.offline), budget_s=self.args.budget_s,
+                       base_python=self.base_python)
+        if not self.repo.is_dir():
+            self.fail("start", "infra", f"repo {self.repo} is not a directory")
+            return 2
+        meta = self.read_metadata()
+        reqs: RequirementSet = meta["reqs"]
+        scan = scan_imports(self.repo, meta["extensions"])
+        # step 2: the environment
+        self.choose_python(meta["python_version"])
+        self.choose_installer()
+        if not self.create_env():
+            return 2
+        first = self.env_lookup([])
+        self.write_report({"python_version": first.get("version")}, final=False)
+        stdlib = first.get("stdlib") or sorted(sys.stdlib_module_names)
+        imported = third_party_candidates(scan, stdlib)
+        extras = select_extras(meta["optional"], imported, meta["name"])
+        unused = sorted(set(meta["optional"]) - set(extras))
+        events.message("scan", "imports scanned", third_party=sorted(imported), own=scan["own"],
+                       unparsable=scan["unparsable"], extras_selected=extras, extras_not_imported=unused)
+        static = list(reqs.requirements)
+        for extra in extras:
+            for requirement in meta["optional"][extra]:
+                name = requirement_name(requirement)
+                if meta["name"] and name and canonical(name) == canonical(meta["name"]):
+                    continue
+                if requirement not in static:
+                    static.append(requirement)
+        self.install("install:requirements", static, meta=meta)
+        for local in reqs.local_projects:
+            self.install("install:local", [local], meta=meta, editable=True)
+        if meta["installable"]:
+            target = "." + (f"[{','.join(extras)}]" if extras else "")
+            failed = self.install("install:project", [target], meta=meta, editable=True, cwd=self.repo)
+            if failed and meta["has_ext_modules"]:
+                events.message("install:project", "the editable install failed; building extensions in place")
+        # the import scan: what the env still cannot find
+        candidates = {name: info for name, info in imported.items()}
+        checks = sorted({module_for_check(name) for name in candidates})
+        lookup = self.env_lookup(checks) if checks else {"found": {}, "map": {}}
+        missing = [name for name in checks if not lookup["found"].get(name)]
+        guarded = [name for name in missing if all(info["guarded"] for dotted, info in candidates.items()
+                                                    if module_for_check(dotted) == name)]
+        needed = [name for name in missing if name not in guarded]
+        if guarded:
+            events.message("scan", "optional imports (inside try/except ImportError) left alone", modules=guarded)
+        base_map: dict[str, list[str]] = {}
+        if needed:
+            base_map = self.env_lookup([], python=self.base_python).get("map", {})
+        to_install: list[str] = []
+        unresolvable = []
+        for name in needed:
+            dist, how = distribution_for(name, lookup.get("map"), base_map)
+            if dist is None:
+                unresolvable.append(name)
+                continue
+            installed_dists = lookup.get("map", {}).get(name.split(".", 1)[0]) or []
+            if installed_dists and how == "env metadata":
+                self.fail("scan", "runtime", f"{name} is provided by installed {', '.join(installed_dists)} "
+                                             "but cannot be found; not reinstalled")
+                continue
+            if canonical(dist) in {canonical(d) for d in to_install}:
+                continue
+            to_install.append(dist)
+            events.message("scan", f"import {name} is missing: installing {dist} ({how})")
+        if unresolvable:
+            self.fail("scan", "deps_missing", "no distribution known for: " + ", ".join(unresolvable))
+        self.install("install:scanned", to_install, meta=meta)
+        # C extensions that still do not import: build them in place
+        if meta["extensions"] and (self.repo / "setup.py").is_file():
+            ext_found = self.env_lookup_in_repo(meta["extensions"])
+            unbuilt = [name for name in meta["extensions"] if not ext_found.get(name)]
+            if unbuilt:
+                events.message("build_ext", "declared extensions not importable: building in place", modules=unbuilt)
+                result = self.runner.run("build_ext", [self.env_python, "setup.py", "build_ext", "--inplace"],
+                                         cwd=self.repo, env=self.child_env, install=True)
+                self.record("build_ext", result.ok)
+                if not result.ok:
+                    self.fail("build_ext", classify_failure(result.output, result.timed_out),
+                              "python setup.py build_ext --inplace failed")
+        # step 3: verify and report
+        measured = self.verify(meta, scan["own"]) or {"python_version": first.get("version")}
+        self.write_report(measured, final=True)
+        ok = not self.failures
+        events.message("done", "finished: every step succeeded" if ok else
+                       f"finished with {len(self.failures)} failed step(s)",
+                       seconds=round(time.monotonic() - self.runner.start, 3))
+        return 0 if ok else 1
+
+    def env_lookup_in_repo(self, names: list[str]) -> dict[str, bool]:
+        data = self.python_json("build_ext", ENV_SNIPPET, names, cwd=self.repo)
+        return (data or {}).get("found", {})
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="resenv's rule-based baseline agent")
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--report", required=True)
+    parser.add_argument("--python", default=None, help="base interpreter (default: this one)")
+    parser.add_argument("--offline", action="store_true")
+    parser.add_argument("--installer", choices=("auto", "uv", "pip"), default="auto")
+    parser.add_argument("--uv", default=None, help="path of uv, when not on PATH")
+    parser.add_argument("--budget-s", type=float, default=None)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    events = Events()
+    try:
+        return Agent(args, events).run()
+    except Exception as exc:  # an agent bug: say so in the transcript, never hang or lie
+        import traceback
+
+        events.error("internal", "infra", f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()[-4000:])
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,6 @@
+"""Streaming statistics."""
+
+from tinystats.welford import Welford
+
+__all__ = ["Welford"]
+__version__ = "0.1.0"
