@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from .agents import AgentAdapter, JobPaths
+from .agents.session import AgentSession  # issue 6: usage, cost, budgets, completion
 from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv
 from .hosts import Lease
 from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError
+from .secrets import redact_files, redact_obj  # issue 6: secrets never reach the store
 from .store import StoreWriter
 from .tiers import TierRunner
 
@@ -51,6 +53,7 @@ class EventSink:
 
     def emit(self, kind: str, data: dict[str, Any]) -> None:
         self.seq += 1
+        data = redact_obj(data)  # issue 6: no-op unless an agent has secrets
         self.writer.event(
             self.run_id, kind, data, job_id=self.job_id, attempt_id=self.attempt_id, seq=self.seq
         )
@@ -92,6 +95,7 @@ class JobAttempt:
     tier_runner: TierRunner | None = None
     log_prefix: str = ""  # tier re-runs write their logs beside the kept attempt's, under their own names
     _log_counter: int = field(default=0)
+    agent_stop_reason: str | None = None  # issue 6: why the agent was stopped (budget:tokens, ...)
 
     @property
     def base(self) -> Path:
@@ -103,6 +107,7 @@ class JobAttempt:
         return JobPaths(
             run_id=self.ctx.run_id, job_key=self.job["key"], workdir=work, repo=work / "repo",
             env=work / "env", report=work / "report.json", gpus=self.lease.gpus,
+            budget_s=self._agent_deadline(),
         )
 
     @property
@@ -118,6 +123,8 @@ class JobAttempt:
             # The agent phase has no wall-clock wrapper: its exec deadline counts active time, so
             # pausing a job never times it out.
             await self._phase("agent", None, self._agent)
+            if (checkpoint := getattr(self.sandbox, "checkpoint", None)) is not None:  # issue 7: docker commit
+                await checkpoint()
             if self.ctx.tiers:
                 self.tier_runner = TierRunner(self, self.ctx.tiers, self.lease.host.driver())
                 await self._phase("probes", self.timeouts.probes, self.tier_runner.run_probes)
@@ -126,6 +133,8 @@ class JobAttempt:
             outcome = AttemptOutcome("error", error.category, str(error))
         finally:
             await asyncio.shield(self._teardown())
+        if outcome.state == "done" and outcome.reason is None:
+            outcome.reason = self.agent_stop_reason  # issue 6: a stopped agent is a result, with its why
         return outcome
 
     async def execute_tier(self, tier: str, previous: dict[str, Any]) -> AttemptOutcome:
@@ -146,7 +155,7 @@ class JobAttempt:
         """A sandbox over the kept work dir, and the pristine copy the census reads."""
         if not self.paths.workdir.is_dir():
             raise AttemptError(f"the kept state of attempt {self.number} is gone: {self.paths.workdir}", "infra")
-        self.sandbox = self.lease.host.sandbox(self.paths.workdir)
+        self.sandbox = self.lease.host.sandbox(self.paths.workdir, lease=self.lease, attempt=self, reopen=True)  # issue 7
         repo = self.ctx.suite.repo(self.job["repo_id"])
         source = repo.source
         local = (self.ctx.bench.base_dir / source.path).resolve() if getattr(source, "path", None) else None
@@ -195,7 +204,7 @@ class JobAttempt:
     async def _provision(self) -> None:
         paths = self.paths
         (self.base / "logs").mkdir(parents=True, exist_ok=True)
-        self.sandbox = self.lease.host.sandbox(paths.workdir)
+        self.sandbox = self.lease.host.sandbox(paths.workdir, lease=self.lease, attempt=self)  # issue 7: labels, GPUs
 
     async def _checkout(self) -> None:
         repo = self.ctx.suite.repo(self.job["repo_id"])
@@ -210,6 +219,8 @@ class JobAttempt:
             raise AttemptError(str(error), error.category) from error
         self.pristine = pristine
         self.sink.emit("checkout", {"commit": pristine.commit, "pristine": str(pristine.path)})
+        if (stage := getattr(self.sandbox, "stage_pristine", None)) is not None:  # issue 7: remote/container
+            await stage(pristine.path)
         for argv in checkout_argv(pristine, self.paths.repo):
             result = await self.run_command("checkout", argv, timeout=self.timeouts.checkout)
             if not result.ok:
@@ -221,16 +232,22 @@ class JobAttempt:
 
     async def _agent(self) -> None:
         adapter = self.ctx.agents[self.job["agent"]]
-        command = adapter.command(self.paths)
+        session = AgentSession(self, adapter)  # issue 6: version, prompt, secrets, usage, budgets
+        command = await session.prepare()
+        if command is None:  # the run's dollar budget is spent: the agent does not start
+            self.agent_stop_reason = session.stop_reason
+            return
         # The agent sees exactly the GPUs its job leased, as the probes will.
         env = {"CUDA_VISIBLE_DEVICES": self.paths.template_values()["gpus"], **command.env}
         result = await self.run_command(
             "agent", command.argv, env=env, stdin=command.stdin,
-            timeout=self._agent_deadline(), timeout_name="agent", parse=adapter.parse,
+            timeout=self._agent_deadline(), timeout_name="agent", parse=session.parse,
         )
+        summary = await session.finish(result)
+        self.agent_stop_reason = session.stop_reason
         self.sink.emit("agent_finished", {
             "returncode": result.returncode, "timed_out": result.timed_out,
-            "seconds": round(result.active_s, 4),
+            "seconds": round(result.active_s, 4), **summary,
         })
 
     async def _teardown(self) -> None:
@@ -279,6 +296,7 @@ class JobAttempt:
             "phase": phase, "log": log_name, "returncode": result.returncode, "timed_out": result.timed_out,
             "killed": result.killed, "seconds": round(result.active_s, 4),
         })
+        redact_files(result.stdout_path, result.stderr_path)  # issue 6: before excerpts are taken
         for stream, path in (("stdout", result.stdout_path), ("stderr", result.stderr_path)):
             self.index_log(log_name, stream, path)
         return result

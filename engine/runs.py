@@ -25,6 +25,7 @@ class RunPlan:
     jobs: int | None = None
     name: str | None = None
     tiers: tuple[str, ...] = ALL_TIERS
+    repos: tuple[str, ...] = ()  # a subset of the suite's repo ids; empty = all
 
 
 def new_run_id() -> str:
@@ -35,6 +36,7 @@ def new_run_id() -> str:
 def create_run(bench: Benchmark, plan: RunPlan, db_path: Path, data_root: Path) -> str:
     """Insert the run and its queued jobs in one transaction; returns the run id."""
     suite = bench.suite(plan.suite)
+    repos = [suite.repo(repo_id) for repo_id in plan.repos] if plan.repos else list(suite.repos)
     for agent in plan.agents:
         bench.agent(agent)
     for host in plan.hosts:
@@ -56,7 +58,7 @@ def create_run(bench: Benchmark, plan: RunPlan, db_path: Path, data_root: Path) 
             "INSERT INTO jobs (run_id, key, suite, repo_id, agent, gpus_needed, state, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
             [(run_id, f"{repo.id}/{agent}", plan.suite, repo.id, agent, repo.gpus_needed(), now)
-             for repo in suite.repos for agent in plan.agents],
+             for repo in repos for agent in plan.agents],
         )
         conn.execute("COMMIT")
     except BaseException:

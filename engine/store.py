@@ -231,6 +231,14 @@ class StoreReader:
             raise StoreError(f"database schema version {version} is newer than this resenv understands")
         if version == 0:
             raise StoreError(f"{path} is not a resenv database (no schema)")
+        if version < SCHEMA_VERSION:
+            # A DB from an older resenv: upgrade it once (migrations are transactional), then read.
+            self.conn.close()
+            try:
+                open_for_writing(path).close()
+            except sqlite3.OperationalError as error:
+                raise StoreError(f"{path} has schema {version} and cannot be upgraded here: {error}") from error
+            self.conn = connect(path, readonly=True)
         self.db = sqlite_utils.Database(self.conn)
 
     def close(self) -> None:

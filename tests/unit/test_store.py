@@ -141,3 +141,19 @@ def test_controls_from_another_connection(tmp_path):
     control_id = insert_control(path, "r1", "pause")
     row = StoreReader(path).controls("r1")[0]
     assert row["id"] == control_id and row["action"] == "pause" and row["acked_at"] is None
+
+
+def test_reader_upgrades_an_older_db_before_reading(tmp_path, monkeypatch):
+    from resenv.engine import store
+
+    path = tmp_path / "old.db"
+    conn = connect(path)
+    monkeypatch.setattr(store, "SCHEMA_VERSION", 1)
+    migrate(conn)  # a DB as the first schema left it
+    make_run(conn)
+    conn.close()
+    monkeypatch.undo()
+    reader = StoreReader(path)
+    assert reader.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    assert [row["name"] for row in reader.rows("PRAGMA table_info(attempts)") if row["name"] == "scope"] == ["scope"]
+    assert [run["id"] for run in reader.runs()] == ["r1"]
