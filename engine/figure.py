@@ -23,7 +23,12 @@ def write_pyramid_figure(scores: RunScores, path: Path) -> Path:
         bars = ax.bar(xs, rates, width=width * 0.92, label=score.agent)
         for bar, tier in zip(bars, PYRAMID):
             tally = score.tiers[tier]
-            label = tally.text() if tally.denominator else "n/a"
+            if tally.denominator:
+                label = tally.text()
+            elif tally.insufficient_hardware:
+                label = f"n/a: {tally.insufficient_hardware} without GPUs"
+            else:
+                label = "n/a"
             ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
                         fontsize=7, xytext=(0, 2), textcoords="offset points")
     ax.set_xticks(range(len(PYRAMID)), [f"{tier}\n{name}" for tier, name in zip(PYRAMID, (

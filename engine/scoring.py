@@ -140,13 +140,14 @@ def _count(score: AgentScore, tier: str, result: dict[str, Any]) -> None:
     else:
         tally.errors += 1
     evidence = json.loads(result["evidence_json"] or "{}")
-    if tier == "C0" and status in ("pass", "fail"):
-        census = evidence.get("census", {})
-        missing = evidence.get("missing", [])
+    if tier == "C0" and "census" in evidence:
+        # A C0 that could not run (error) carries all-missing figures: it counts, never as zero-missing.
+        census = evidence["census"]
+        missing = set(evidence.get("missing", []))
         third_party = {module["name"] for module in census.get("modules", []) if module.get("kind") == "third_party"}
         score.c0_missing += len(missing)
         score.c0_total += census.get("total", 0)
-        score.c0_third_party_missing += len([name for name in missing if name in third_party])
+        score.c0_third_party_missing += len((missing | set(evidence.get("missing_source", []))) & third_party)
         score.c0_third_party_total += census.get("third_party", 0)
     if tier == "C5":
         if category in ("missing_report", "invalid_report"):

@@ -151,6 +151,8 @@ class TierRunner:
         if self.state.report is not None:
             return
         paths = self.attempt.paths
+        if (sync_back := getattr(self.attempt.sandbox, "sync_back", None)) is not None:  # issue 7: remote/container
+            await sync_back(str(paths.report.relative_to(paths.workdir)))
         self.state.report = load_report(paths.report, sandbox_root=paths.workdir)
         report = self.state.report.report or {}
         python = report.get("python_path") if isinstance(report.get("python_path"), str) else None
@@ -162,8 +164,11 @@ class TierRunner:
         if python is None:
             return
         target = Path(python)
-        self.state.python_exists = target.exists()
-        self.state.python_executable = target.exists() and os.access(target, os.X_OK)
+        if (path_status := getattr(sandbox, "path_status", None)) is not None:  # issue 7: remote/container
+            self.state.python_exists, self.state.python_executable = await path_status(python)
+        else:
+            self.state.python_exists = target.exists()
+            self.state.python_executable = target.exists() and os.access(target, os.X_OK)
         self.state.interpreter = await self._probe_json("interpreter", "interpreter.py", gpus="")
         if any(tier in self.selected for tier in ("C2", "C5")):
             visible = ",".join(str(gpu) for gpu in self.attempt.lease.gpus)
@@ -223,9 +228,12 @@ class TierRunner:
         assert pristine is not None
         census = import_census(files_at_commit(pristine.path, pristine.commit))
         python = self.state.python or str(self.attempt.paths.workdir / "no-interpreter-reported")
+        sandbox = self.attempt.sandbox
+        # The sandbox's own HOME, so packages the agent installed with `pip --user` are seen.
+        env = sandbox.child_env(self._env("")) if hasattr(sandbox, "child_env") else None
         result = await run_c0(
             python, self.attempt.paths.repo, census, work_dir=self.attempt.base / "probes" / "c0",
-            timeout=self.bench.tier_timeout(self.repo, "C0"),
+            timeout=self.bench.tier_timeout(self.repo, "C0"), env=env,
         )
         evidence = asdict(result) | {"census": census.to_dict()}
         category = result.category
@@ -279,7 +287,18 @@ class TierRunner:
         output = tail_text(result.stdout_path, result.stderr_path)
         verdict = classify(output, returncode=result.returncode, timed_out=result.timed_out, tier=tier)
         evidence |= {"signature": verdict.signature, "evidence_line": verdict.evidence}
-        return TierResult(tier, "fail", verdict.category, evidence)
+        category = verdict.category
+        if category == "deps_missing" and (cause := self._agent_download_failure()) is not None:
+            # The module is missing because the agent could not download it: that is the root cause.
+            category = "download_failed"
+            evidence |= {"root_cause": "agent log", "root_cause_line": cause}
+        return TierResult(tier, "fail", category, evidence)
+
+    def _agent_download_failure(self) -> str | None:
+        """The agent log's download failure, if it had one (a registry outage, no network)."""
+        logs = self.attempt.base / "logs"
+        verdict = classify(tail_text(logs / "agent.stdout", logs / "agent.stderr"), returncode=1)
+        return verdict.evidence if verdict.category == "download_failed" else None
 
     # -- C2: CUDA alignment -----------------------------------------------------------------
     async def _tier_c2(self) -> TierResult:

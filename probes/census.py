@@ -36,6 +36,7 @@ The census is pure data (frozen dataclasses, ``to_dict`` / ``from_dict`` round-t
 from __future__ import annotations
 
 import ast
+import gc
 import codecs
 import configparser
 import io
@@ -444,20 +445,10 @@ def _provided(paths: Iterable[str], packaging: Mapping[str, bytes]) -> tuple[set
 # The census
 
 
-def import_census(files: Mapping[str, bytes], *, skipped: Iterable[str] = (),
-                  max_bytes: int = MAX_FILE_BYTES) -> Census:
-    """The census of `files` ({relative posix path: content}; non-``.py`` files other than the
-    packaging files are ignored). `skipped` (and ``files.skipped`` of a :class:`RepoFiles`) are
-    paths already left out by the reader, recorded as such."""
-    skipped_all = set(skipped) | set(getattr(files, "skipped", ()) or ())
-    paths = sorted(str(PurePosixPath(p)) for p in files if _wanted(str(PurePosixPath(p))))
-    normalized = {str(PurePosixPath(p)): p for p in files}
-    packaging = {p: files[normalized[p]] for p in paths if p.rsplit("/", 1)[-1] in ("pyproject.toml", "setup.cfg")}
-
-    scanned: list[str] = []
-    unparsable: list[str] = []
-    # name -> [files count, first "path:line", unconditional, set of importing dirs]
-    found: dict[str, list[Any]] = {}
+def _scan(paths: list[str], files: Mapping[str, bytes], normalized: Mapping[str, str], max_bytes: int,
+          skipped_all: set[str], scanned: list[str], unparsable: list[str], packaging: dict[str, bytes],
+          found: dict[str, list[Any]]) -> None:
+    """Parse every ``.py`` file of `paths`, filling the output arguments."""
     for path in paths:
         if not path.endswith(".py"):
             continue
@@ -492,6 +483,31 @@ def import_census(files: Mapping[str, bytes], *, skipped: Iterable[str] = (),
                 entry[0] += 1
                 entry[3].add(directory)
             entry[2] = entry[2] or top
+
+
+def import_census(files: Mapping[str, bytes], *, skipped: Iterable[str] = (),
+                  max_bytes: int = MAX_FILE_BYTES) -> Census:
+    """The census of `files` ({relative posix path: content}; non-``.py`` files other than the
+    packaging files are ignored). `skipped` (and ``files.skipped`` of a :class:`RepoFiles`) are
+    paths already left out by the reader, recorded as such."""
+    skipped_all = set(skipped) | set(getattr(files, "skipped", ()) or ())
+    paths = sorted(str(PurePosixPath(p)) for p in files if _wanted(str(PurePosixPath(p))))
+    normalized = {str(PurePosixPath(p)): p for p in files}
+    packaging = {p: files[normalized[p]] for p in paths if p.rsplit("/", 1)[-1] in ("pyproject.toml", "setup.cfg")}
+
+    scanned: list[str] = []
+    unparsable: list[str] = []
+    # name -> [files count, first "path:line", unconditional, set of importing dirs]
+    found: dict[str, list[Any]] = {}
+    # AST nodes are GC-tracked: building them triggers collections that cost 15-25 % of the census
+    # (measured); each tree is freed by refcount as soon as it is walked, so nothing piles up.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        _scan(paths, files, normalized, max_bytes, skipped_all, scanned, unparsable, packaging, found)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
 
     global_names, local = _provided(paths, packaging)
     modules = []

@@ -114,11 +114,13 @@ async def test_one_missing_package_fails_with_exactly_that_module(tmp_path, venv
     assert result.third_party_ratio == pytest.approx(1 - 1 / 3)
 
 
-async def test_stub_only_module_is_reported_apart(tmp_path, venvs):
+async def test_stub_only_module_is_reported_apart_and_fails_the_corrected_ratio(tmp_path, venvs):
     repo = make_repo(tmp_path / "repo")
     result = await judge(venvs["no_six"], repo, tmp_path)
     assert result.missing == [] and result.missing_source == ["six"]
-    assert result.status == "pass" and result.third_party_ratio == 1.0
+    assert result.paper_ratio == 1.0  # the paper counts reportMissingImports only
+    assert result.status == "fail" and result.category == "deps_missing"
+    assert result.third_party_ratio == pytest.approx(1 - 1 / 3)
 
 
 @pytest.mark.parametrize("broken", ["missing", "not_executable", "crashes", "directory"])
