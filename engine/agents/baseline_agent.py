@@ -1239,7 +1239,9 @@ class Agent:
     def create_env(self) -> bool:
         if self.installer == "uv":
             assert self.uv
-            argv = [self.uv, "venv", "--seed", "--python", self.base_python, str(self.env_dir)]
+            # Seeding pip downloads it: offline, uv installs into the env without pip in it.
+            seed = [] if self.args.offline else ["--seed"]
+            argv = [self.uv, "venv", *seed, "--python", self.base_python, str(self.env_dir)]
         else:
             argv = [self.base_python, "-m", "venv", str(self.env_dir)]
         if self.env_dir.exists():
@@ -1286,7 +1288,7 @@ class Agent:
             argv = [self.env_python, "-m", "pip", "install", "--retries", "1", "--timeout", str(NET_TIMEOUT_S),
                     "--progress-bar", "off"]
         if self.args.offline:
-            argv.append("--no-index")
+            argv += ["--offline", "--no-index"] if self.installer == "uv" else ["--no-index"]
             if editable or extra:
                 argv.append("--no-build-isolation")
         elif self.installer == "uv":

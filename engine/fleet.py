@@ -1,0 +1,201 @@
+"""The run's hosts while the engine runs: SSH connections, host up/down states and GPU telemetry.
+
+`start_fleet(engine)` is called once the engine has claimed its run: it connects the SSH hosts
+(learning `gpus: auto` and the driver from them), records every state change of a host in the
+store's ``hosts`` table and as a ``host_state`` event, wakes the dispatcher when a host comes back,
+and starts GPU samplers for hosts with GPUs (NVML locally, an ``nvidia-smi`` stream per SSH host).
+`stop_fleet(engine)` stops all of it before the store closes. A host that is unreachable at the
+start is simply ``down``: the run goes on with the others and uses it once it connects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # asyncssh is imported only when a run has SSH hosts
+    from .hosts_ssh import SshHost
+
+from .store import dumps
+from .telemetry import NvmlSampler, ProcessMap, SmiStreamSampler, TelemetrySink
+
+log = logging.getLogger(__name__)
+
+
+class Fleet:
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.writer = engine.writer
+        self.run_id = engine.run_id
+        self.hosts = list(engine.pool.hosts)
+        self.process_map = ProcessMap()
+        self.sink = TelemetrySink(self.writer, self.run_id, on_state=self._telemetry_state)
+        self.nvml: list[NvmlSampler] = []
+        self.smi: list[SmiStreamSampler] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_processes: dict[str, list[tuple]] = {}
+
+    async def start(self) -> None:
+        ssh = [host for host in self.hosts if _is_ssh(host)]
+        for host in ssh:
+            host.data_dir = self.engine.run_dir
+            host.connection.listeners.append(lambda state, reason, host=host: self._host_state(host, state, reason))
+        if ssh:
+            await asyncio.gather(*(host.start() for host in ssh), return_exceptions=True)
+            for host in ssh:
+                self._record(host, "up" if host.available() else "down", host.connection.reason)
+        for host in self.hosts:
+            self._start_sampler(host)
+        await self._docker_hygiene("reap")
+        self._tasks.append(asyncio.create_task(self._telemetry_loop(), name="telemetry"))
+
+    def _start_sampler(self, host: Any) -> None:
+        if _is_ssh(host):
+            if host.gpu_ids:
+                sampler = SmiStreamSampler(host.name, host.connection, self.sink)
+                sampler.start()
+                self.smi.append(sampler)
+        elif host.gpu_ids:
+            sampler = NvmlSampler(host.name, self.sink, gpus=list(host.gpu_ids), processes=self.process_map)
+            sampler.start()
+            self.nvml.append(sampler)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for sampler in self.smi:
+            await sampler.stop()
+        for sampler in self.nvml:
+            await asyncio.to_thread(sampler.stop)
+        self.sink.flush()
+        await self._docker_hygiene("prune")
+        for host in self.hosts:
+            if _is_ssh(host):
+                with contextlib.suppress(Exception):
+                    await host.close()
+
+    async def _docker_hygiene(self, what: str) -> None:
+        """reap: a run's orphans when an engine starts; prune: its containers and images at its end."""
+        docker_hosts = [host for host in self.hosts if getattr(host.spec, "sandbox", "process") == "docker"]
+        if not docker_hosts:
+            return  # the docker SDK (and asyncssh) are needed only by runs that use them
+        from .sandbox import docker as docker_sandbox
+
+        for host in docker_hosts:
+            try:
+                if _is_ssh(host):
+                    if not host.available():
+                        continue
+                    await docker_sandbox.forward_docker_socket(host)
+                    factory = lambda host=host: docker_sandbox.remote_docker_client(host)  # noqa: E731
+                else:
+                    factory = docker_sandbox.local_docker_client
+                fn = docker_sandbox.reap if what == "reap" else docker_sandbox.prune
+                # in a worker thread: a remote daemon's forwarded socket is served by this event loop
+                done = await asyncio.to_thread(lambda: fn(factory(), self.run_id))
+                if done:
+                    self.writer.event(self.run_id, f"docker_{what}", {"host": host.name, "removed": done})
+            except Exception as error:  # hygiene never stops a run
+                log.warning("docker %s on %s failed: %s", what, host.name, error)
+
+    # -- states -------------------------------------------------------------------------------
+    def _record(self, host: Any, state: str, reason: str | None) -> None:
+        inventory = host.inventory() | {"reason": reason}
+        if host.name in self.sink.hosts:
+            inventory["telemetry"] = self.sink.hosts[host.name].state
+        self.writer.execute(
+            "UPDATE hosts SET state = ?, inventory_json = ?, updated_at = ? WHERE run_id = ? AND name = ?",
+            (state, dumps(inventory), time.time(), self.run_id, host.name))
+        self.writer.event(self.run_id, "host_state", {"host": host.name, "state": state, "reason": reason})
+
+    def _host_state(self, host: SshHost, state: str, reason: str | None) -> None:
+        if state == "closed":
+            return
+        self._record(host, state, reason)
+        if state == "up":
+            self.engine.display.message(f"host {host.name} is up")
+            if host.auto_gpus and not host.gpu_ids:
+                asyncio.get_running_loop().create_task(self._refresh(host))
+        else:
+            self.engine.display.message(f"host {host.name} is down: {reason}")
+        self.engine.wake.set()
+
+    async def _refresh(self, host: SshHost) -> None:
+        await host.refresh()
+        self._record(host, "up" if host.available() else "down", host.connection.reason)
+        if host.gpu_ids and not any(s.host == host.name for s in self.smi):
+            self._start_sampler(host)
+        self.engine.wake.set()
+
+    def _telemetry_state(self, host: str, state: str) -> None:
+        if state == "stale":
+            self.writer.execute("UPDATE hosts SET state = 'stale', updated_at = ? WHERE run_id = ? AND name = ?"
+                                " AND state = 'up'", (time.time(), self.run_id, host))
+        elif state == "ok":
+            self.writer.execute("UPDATE hosts SET state = 'up', updated_at = ? WHERE run_id = ? AND name = ?"
+                                " AND state = 'stale'", (time.time(), self.run_id, host))
+        self.writer.execute(
+            "UPDATE hosts SET inventory_json = json_set(inventory_json, '$.telemetry', ?) WHERE run_id = ? AND name = ?",
+            (state, self.run_id, host))
+        self.writer.event(self.run_id, "telemetry_state", {"host": host, "state": state})
+
+    # -- the 1 Hz loop ----------------------------------------------------------------------------
+    async def _telemetry_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                self._refresh_process_map()
+                self.sink.flush()
+                self._record_processes()
+            except Exception:  # telemetry never stops a run
+                log.exception("telemetry flush failed")
+
+    def _refresh_process_map(self) -> None:
+        workdirs = {}
+        for job_id, running in self.engine.running.items():
+            attempt = running.attempt
+            if attempt is not None:
+                workdirs[str(attempt.paths.workdir)] = job_id
+                container = getattr(attempt.sandbox, "container_id", None)
+                if container:
+                    self.process_map.containers[container] = job_id
+        self.process_map.workdirs = workdirs
+
+    def _record_processes(self) -> None:
+        for name, info in self.sink.hosts.items():
+            current = sorted((p.gpu, p.pid, p.job_id) for p in info.processes)
+            if current != self._last_processes.get(name, []):
+                self._last_processes[name] = current
+                self.writer.event(self.run_id, "gpu_processes", {
+                    "host": name,
+                    "processes": [{"gpu": p.gpu, "pid": p.pid, "used_mib": p.used_mib, "job_id": p.job_id}
+                                  for p in info.processes]})
+
+
+async def start_fleet(engine: Any) -> Fleet:
+    fleet = Fleet(engine)
+    await fleet.start()
+    return fleet
+
+
+async def stop_fleet(engine: Any) -> None:
+    fleet = getattr(engine, "fleet", None)
+    if fleet is not None:
+        try:
+            await fleet.stop()
+        except Exception:  # stopping telemetry must never lose the run's own records
+            log.exception("stopping the fleet failed")
+
+
+def host_rows_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Decode `hosts` rows for display (the inventory is JSON)."""
+    return [row | {"inventory": json.loads(row["inventory_json"])} for row in rows]
+
+
+def _is_ssh(host: Any) -> bool:
+    return getattr(host, "kind", "local") == "ssh" and hasattr(host, "connection")
