@@ -44,6 +44,7 @@ class Host:
     busy_slots: int = 0
     leased_gpus: set[int] = field(default_factory=set)
     _driver: DriverInfo | None = field(default=None, repr=False)
+    spec: Any = field(default=None, repr=False)  # issue 7: the host's spec (sandbox kind, image, limits)
 
     @property
     def free_gpus(self) -> list[int]:
@@ -67,9 +68,18 @@ class Host:
             self._driver = local_driver() or DriverInfo(None, None)
         return self._driver
 
-    def sandbox(self, workdir: Path) -> ProcessSandbox:
+    def sandbox(self, workdir: Path, **job: Any) -> ProcessSandbox:
+        # issue 7: `job` (lease, attempt, reopen) lets container sandboxes label and size themselves.
+        if getattr(self, "spec", None) is not None and getattr(self.spec, "sandbox", "process") == "docker":
+            from .sandbox.docker import DockerSandbox
+
+            return DockerSandbox.for_job(self, workdir, **job)  # type: ignore[return-value]
         workdir.mkdir(parents=True, exist_ok=True)
         return ProcessSandbox(workdir)
+
+    def available(self) -> bool:
+        """Whether the scheduler may place work here now (issue 7: an SSH host that is down may not)."""
+        return True
 
 
 @dataclass(frozen=True)
@@ -101,6 +111,7 @@ class HostPool:
         candidates = [
             host for host in self.hosts
             if len(host.gpu_ids) >= want and host.busy_slots < host.slots and len(host.free_gpus) >= want
+            and host.available()  # issue 7: never a host that is down
         ]
         if want == 0:
             # CPU-only work prefers hosts without GPUs, then the least busy one.
@@ -122,13 +133,18 @@ class HostPool:
 
 def build_hosts(host_specs: dict[str, Any]) -> list[Host]:
     """Hosts from the spec's `hosts:` entries; `gpus: auto` asks the local driver."""
-    hosts = []
+    hosts: list[Host] = []
     for name, spec in host_specs.items():
+        if spec.kind == "ssh":  # issue 7
+            from .hosts_ssh import build_ssh_host
+
+            hosts.append(build_ssh_host(name, spec))
+            continue
         if spec.gpus == "auto":
             gpu_ids = detect_local_gpus()
         elif isinstance(spec.gpus, int):
             gpu_ids = list(range(spec.gpus))
         else:
             gpu_ids = list(spec.gpus)
-        hosts.append(Host(name=name, kind=spec.kind, slots=spec.slots, gpu_ids=gpu_ids))
+        hosts.append(Host(name=name, kind=spec.kind, slots=spec.slots, gpu_ids=gpu_ids, spec=spec))
     return hosts

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from .agents import adapter_for
 from .checkout import PristineCache
 from .controls import ControlApplier
+from .fleet import start_fleet, stop_fleet  # issue 7
 from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
 from .recovery import replay_attempt_logs
@@ -126,6 +127,7 @@ class Engine:
         try:
             self._load()
             await self._claim()
+            self.fleet = await start_fleet(self)  # issue 7: ssh hosts, host up/down, GPU telemetry
             await self._recover()
             self.pending.extend(job_id for job_id, job in self.jobs.items() if job["state"] == "queued")
             # Controls sent while no engine ran (a retry of a finished job, say) apply before dispatch.
@@ -154,6 +156,7 @@ class Engine:
             self.display.finished(state)
             return state
         finally:
+            await stop_fleet(self)  # issue 7
             await self.writer.close()
 
     async def _claim(self) -> None:

@@ -1,0 +1,268 @@
+"""What a host has and what is wrong with it: `resenv hosts check [BENCHMARK]`.
+
+One small POSIX shell script gathers the facts (OS, CPUs, GPUs, driver and CUDA version, docker,
+free disk at the data dir, the tools the sandboxes need); it runs locally for `local` hosts and over
+the host's SSH connection for `ssh` hosts, so both are judged by the same rules. A missing NVIDIA
+driver is a state (`no NVIDIA driver`), a problem only when the spec asks that host for GPUs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FACTS_SCRIPT = r"""
+p="$1"; while [ -n "$p" ] && [ ! -e "$p" ]; do p=$(dirname "$p"); done
+echo "hostname=$(hostname 2>/dev/null || cat /etc/hostname)"
+echo "kernel=$(uname -srm)"
+( . /etc/os-release 2>/dev/null && echo "os=$PRETTY_NAME" )
+echo "cpus=$(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN)"
+echo "mem_kib=$(awk '/^MemTotal:/{print $2}' /proc/meminfo 2>/dev/null)"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  echo "nvidia_smi=$(command -v nvidia-smi)"
+  nvidia-smi --query-gpu=index,uuid,name,memory.total,driver_version --format=csv,noheader,nounits 2>&1 | sed 's/^/gpu=/'
+  nvidia-smi 2>/dev/null | grep -o 'CUDA Version: *[0-9.]*' | head -n 1 | sed 's/CUDA Version: */cuda=/'
+else
+  echo "nvidia_smi="
+fi
+if command -v docker >/dev/null 2>&1; then
+  echo "docker=$(docker version --format '{{.Server.Version}}' 2>&1 | grep -v '^ *$' | head -n 1)"
+  if [ -n "$2" ]; then echo "image=$(docker image inspect --format '{{.Id}}' "$2" 2>&1 | head -n 1)"; fi
+else
+  echo "docker="
+fi
+echo "disk_free_kib=$(df -Pk "$p" 2>/dev/null | awk 'NR==2{print $4}')"
+for tool in git tar setsid sh; do echo "tool_$tool=$(command -v $tool)"; done
+"""
+
+MIN_FREE_GIB = 10.0
+_DRIVERLESS = re.compile(r"(couldn't communicate with the NVIDIA driver|NVIDIA-SMI has failed|No devices were found)", re.I)
+
+
+@dataclass
+class HostFacts:
+    name: str
+    kind: str
+    reachable: bool = False
+    hostname: str | None = None
+    os: str | None = None
+    kernel: str | None = None
+    cpus: int | None = None
+    mem_gib: float | None = None
+    gpus: list[dict[str, Any]] = field(default_factory=list)
+    driver_version: str | None = None
+    cuda_version: str | None = None
+    gpu_state: str = "unknown"  # ok | no NVIDIA driver | nvidia-smi failed: ...
+    docker: str | None = None  # server version, or None
+    docker_error: str | None = None
+    image: str | None = None
+    disk_free_gib: float | None = None
+    tools: dict[str, str | None] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    round_trip_ms: float | None = None
+
+    def inventory(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind, "reachable": self.reachable, "hostname": self.hostname, "os": self.os,
+            "kernel": self.kernel, "cpus": self.cpus, "mem_gib": self.mem_gib,
+            "gpus": [gpu["index"] for gpu in self.gpus], "gpu_names": [gpu.get("name") for gpu in self.gpus],
+            "gpu_state": self.gpu_state, "driver": self.driver_version, "cuda": self.cuda_version,
+            "docker": self.docker, "disk_free_gib": self.disk_free_gib, "problems": self.problems,
+        }
+
+
+def parse_facts(name: str, kind: str, text: str) -> HostFacts:
+    facts = HostFacts(name=name, kind=kind, reachable=True)
+    smi_present = False
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        value = value.strip()
+        if key == "hostname":
+            facts.hostname = value or None
+        elif key == "kernel":
+            facts.kernel = value or None
+        elif key == "os":
+            facts.os = value or None
+        elif key == "cpus" and value.isdigit():
+            facts.cpus = int(value)
+        elif key == "mem_kib" and value.isdigit():
+            facts.mem_gib = round(int(value) / 2**20, 1)
+        elif key == "nvidia_smi":
+            smi_present = bool(value)
+        elif key == "gpu":
+            parts = [part.strip() for part in value.split(",")]
+            if len(parts) >= 5 and parts[0].isdigit():
+                facts.gpus.append({"index": int(parts[0]), "uuid": parts[1], "name": parts[2],
+                                   "memory_mib": _number(parts[3])})
+                facts.driver_version = parts[4]
+            elif value:
+                facts.gpu_state = ("no NVIDIA driver: " if _DRIVERLESS.search(value) else "nvidia-smi failed: ") + value[:200]
+        elif key == "cuda":
+            facts.cuda_version = value or None
+        elif key == "docker":
+            if value and re.match(r"^\d+\.\d+", value):
+                facts.docker = value
+            elif value:
+                facts.docker_error = value[:300]
+        elif key == "image":
+            facts.image = value if value.startswith("sha256:") else None
+            if not facts.image:
+                facts.problems.append(f"docker image missing: {value[:200]}")
+        elif key == "disk_free_kib" and value.isdigit():
+            facts.disk_free_gib = round(int(value) / 2**20, 1)
+        elif key.startswith("tool_"):
+            facts.tools[key[5:]] = value or None
+    if not smi_present:
+        facts.gpu_state = "no NVIDIA driver"
+    elif facts.gpus:
+        facts.gpu_state = "ok"
+    elif facts.gpu_state == "unknown":
+        facts.gpu_state = "no NVIDIA driver: nvidia-smi lists no GPU"
+    return facts
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def judge(facts: HostFacts, spec: Any, data_dir: Path | None = None) -> HostFacts:
+    """Add every problem the host has for what the spec asks of it."""
+    if not facts.reachable:
+        return facts
+    wanted = getattr(spec, "gpus", "auto")
+    have = {gpu["index"] for gpu in facts.gpus}
+    if wanted != "auto":
+        ids = set(range(wanted)) if isinstance(wanted, int) else set(wanted)
+        if ids and facts.gpu_state != "ok":
+            facts.problems.append(f"spec asks for GPUs {sorted(ids)} but the host has {facts.gpu_state}")
+        elif ids - have:
+            facts.problems.append(f"spec asks for GPU ids {sorted(ids - have)} the host does not have (has {sorted(have)})")
+    elif facts.gpu_state not in ("ok", "no NVIDIA driver"):
+        facts.problems.append(facts.gpu_state)
+    if getattr(spec, "sandbox", "process") == "docker":
+        if facts.docker is None:
+            facts.problems.append(f"sandbox: docker but docker is not usable: {facts.docker_error or 'not installed'}")
+    if facts.disk_free_gib is not None and facts.disk_free_gib < MIN_FREE_GIB:
+        facts.problems.append(f"only {facts.disk_free_gib} GiB free at the data dir (want >= {MIN_FREE_GIB:g})")
+    needed = ["git", "tar", "sh"] + (["setsid"] if getattr(spec, "kind", "local") == "ssh" else [])
+    for tool in needed:
+        if facts.tools and not facts.tools.get(tool):
+            facts.problems.append(f"{tool} is not on the host's PATH")
+    return facts
+
+
+async def local_facts(name: str, spec: Any, data_dir: Path) -> HostFacts:
+    image = getattr(spec, "image", None) if getattr(spec, "sandbox", "process") == "docker" else ""
+    process = await asyncio.create_subprocess_exec(
+        "sh", "-c", FACTS_SCRIPT, "facts", str(data_dir), image or "",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL)
+    out, _ = await process.communicate()
+    return judge(parse_facts(name, "local", out.decode(errors="replace")), spec, data_dir)
+
+
+async def remote_facts(connection: Any, spec: Any, data_dir: Path) -> HostFacts:
+    from .remote import HostDown, round_trip
+
+    name = connection.target.name
+    image = getattr(spec, "image", None) if getattr(spec, "sandbox", "process") == "docker" else ""
+    command = "sh -c " + shlex.quote(FACTS_SCRIPT) + " facts " + shlex.quote(str(data_dir)) + " " + shlex.quote(image or "")
+    try:
+        await connection.ensure()
+        result = await connection.run(command, timeout=60)
+        rtt = await round_trip(connection)
+    except (HostDown, asyncio.TimeoutError) as error:
+        facts = HostFacts(name=name, kind="ssh", reachable=False)
+        facts.problems.append(f"unreachable: {error}")
+        return facts
+    facts = judge(parse_facts(name, "ssh", result.stdout.decode(errors="replace")), spec, data_dir)
+    facts.round_trip_ms = round(rtt * 1000, 2)
+    return facts
+
+
+async def check_hosts(bench: Any, data_dir: Path, names: list[str] | None = None) -> list[HostFacts]:
+    from .remote import SshConnection, SshTarget
+
+    results = []
+    for name, spec in bench.hosts.items():
+        if names and name not in names:
+            continue
+        if spec.kind == "ssh":
+            connection = SshConnection(SshTarget.from_spec(name, spec))
+            try:
+                results.append(await remote_facts(connection, spec, data_dir))
+            finally:
+                await connection.close()
+        else:
+            results.append(await local_facts(name, spec, data_dir))
+    return results
+
+
+def format_facts(facts: HostFacts) -> list[str]:
+    """Human lines for one host (the CLI prints them)."""
+    if not facts.reachable:
+        return [f"{facts.name} ({facts.kind}): UNREACHABLE", *[f"  problem: {p}" for p in facts.problems]]
+    gpus = ", ".join(f"{gpu['index']}:{gpu.get('name')}" for gpu in facts.gpus) or facts.gpu_state
+    rtt = f", round trip {facts.round_trip_ms} ms" if facts.round_trip_ms is not None else ""
+    lines = [
+        f"{facts.name} ({facts.kind}): reachable{rtt}",
+        f"  os: {facts.os} ({facts.kernel}), hostname {facts.hostname}",
+        f"  cpus: {facts.cpus}, memory: {facts.mem_gib} GiB",
+        f"  gpus: {gpus}",
+        f"  driver: {facts.driver_version or '—'}, CUDA: {facts.cuda_version or '—'}",
+        f"  docker: {facts.docker or ('not usable: ' + facts.docker_error if facts.docker_error else 'not installed')}",
+        f"  free disk at data dir: {facts.disk_free_gib} GiB",
+    ]
+    lines += [f"  problem: {problem}" for problem in facts.problems] or ["  problems: none"]
+    return lines
+
+
+# ---- the CLI group (registered in cli.py) ---------------------------------------------------------
+try:
+    import click
+except ImportError:  # pragma: no cover - click is a dependency
+    click = None  # type: ignore[assignment]
+
+if click is not None:
+
+    @click.group("hosts")
+    def hosts_group() -> None:
+        """Hosts of a benchmark: check what they have and what is wrong."""
+
+    @hosts_group.command("check")
+    @click.argument("benchmark", type=click.Path(path_type=Path), default="benchmark.yaml", required=False)
+    @click.option("--host", "names", multiple=True, help="Only these hosts (default: all in the benchmark).")
+    @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Data dir whose free disk counts.")
+    @click.option("--json", "as_json", is_flag=True)
+    def check_command(benchmark: Path, names: tuple[str, ...], data_dir: Path | None, as_json: bool) -> None:
+        """Per host: reachable, OS, CPUs, GPUs, driver and CUDA, docker, free disk, and every problem."""
+        import json
+        import sys
+        from dataclasses import asdict
+
+        from .paths import default_data_dir
+        from .spec import SpecError, format_issues, load_benchmark
+
+        try:
+            bench = load_benchmark(benchmark)
+        except SpecError as error:
+            raise click.ClickException("invalid benchmark:\n" + format_issues(error.issues)) from error
+        except OSError as error:
+            raise click.ClickException(f"cannot read {benchmark}: {error.strerror}") from error
+        unknown = [name for name in names if name not in bench.hosts]
+        if unknown:
+            raise click.ClickException(f"unknown host(s) {', '.join(unknown)}; known: {', '.join(bench.hosts)}")
+        results = asyncio.run(check_hosts(bench, data_dir or default_data_dir(), list(names) or None))
+        if as_json:
+            click.echo(json.dumps([asdict(facts) for facts in results], indent=2))
+        else:
+            for facts in results:
+                click.echo("\n".join(format_facts(facts)))
+        if any(facts.problems or not facts.reachable for facts in results):
+            sys.exit(1)

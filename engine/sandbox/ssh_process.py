@@ -1,0 +1,538 @@
+"""The process sandbox on a remote host: commands run over the host's SSH connection.
+
+Same contract as :class:`~resenv.engine.sandbox.process.ProcessSandbox`, with these mechanics:
+
+* **Paths mirror the engine's.** The job's work dir on the host has the same absolute path as on the
+  engine's machine (so templates, the report's interpreter path and probe paths mean the same thing on
+  both sides); the engine's data dir must therefore be creatable on the host. Files the engine reads
+  after the agent (``report.json``) are copied back with :meth:`sync_back`.
+* **One process group per command.** Each command runs as
+  ``setsid sh -c '<announce pgid>; cd CWD; exec env -i ENV... ARGV'``: the ``sh`` becomes a session
+  and group leader, prints its PID (= the PGID) as a marker line on stderr (stripped before anything
+  is recorded), and execs the command with a clean environment. Timeouts, pause (SIGSTOP/SIGCONT) and
+  kill signal the whole group with ``kill -SIG -PGID`` over a reserved control channel.
+* **Exit codes.** The remote shell reports a command killed by signal N as 128+N; when resenv sent
+  that signal (timeout, kill) the result says -N, as the local sandbox does. A lost connection is an
+  infrastructure error (:class:`SandboxError`), never a result.
+* **Output** is read in chunks from the channel, appended raw to the local ``<log_prefix>.stdout``
+  and ``.stderr`` files and split into lines for ``on_line``, exactly like the local sandbox.
+* **Files**: ``put``/``get`` of single files use SFTP; trees travel as one tar stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import os
+import posixpath
+import shlex
+import signal
+import tarfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import asyncssh
+
+from ..remote import HostDown, SshConnection
+from .base import ExecResult, OutputLine, SandboxError, SandboxPathError
+from .lines import LineSplitter, RawLine
+from .process import DEFAULT_PATH, KILL_RESULT_WAIT_S, LEFTOVER_GRACE_S, READ_CHUNK
+
+if TYPE_CHECKING:
+    from ..hosts_ssh import SshHost
+
+log = logging.getLogger(__name__)
+
+MARK = b"\x1eRESENV-PGID "
+_INNER = 'printf "\\036RESENV-PGID %s\\n" "$$" >&2; cd "$1" || exit 125; shift; exec env -i "$@"'
+PGID_WAIT_S = 10.0
+
+
+def remote_command(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> str:
+    """The shell line that runs argv in its own session/group with exactly `env`, in `cwd`."""
+    words = ["setsid", "sh", "-c", _INNER, "resenv", cwd]
+    words += [f"{key}={value}" for key, value in env.items()]
+    words += list(argv)
+    return " ".join(shlex.quote(word) for word in words) + "; exit $?"
+
+
+@dataclass(eq=False)
+class _RemoteRun:
+    proc: Any
+    pgid: int | None = None
+    pgid_known: asyncio.Event = field(default_factory=asyncio.Event)
+    timed_out: bool = False
+    killed: bool = False
+    signalled: bool = False  # resenv sent a terminating signal
+    error: BaseException | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class RemoteProcessSandbox:
+    """A process sandbox whose commands run on an SSH host (see the module docstring)."""
+
+    def __init__(self, host: SshHost, workdir: Path, base_env: Mapping[str, str] | None = None,
+                 term_grace_s: float = 5.0) -> None:
+        self.host = host
+        self.connection: SshConnection = host.connection
+        self.workdir = Path(os.path.abspath(workdir))
+        self.workdir.mkdir(parents=True, exist_ok=True)  # the engine-side mirror (report.json)
+        self.home = self.workdir / "home"
+        self.tmp = self.workdir / "tmp"
+        self.base_env: dict[str, str] = dict(base_env or {})
+        self.term_grace_s = term_grace_s
+        self.leftover_grace_s = LEFTOVER_GRACE_S
+        self._runs: set[_RemoteRun] = set()
+        self._paused_since: float | None = None
+        self._paused_total = 0.0
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._closed = False
+        self._dirs_made = False
+        self._signal_tasks: set[asyncio.Task[None]] = set()
+        self._signal_lock = asyncio.Lock()
+
+    # -- environment ------------------------------------------------------------------------
+    def child_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        out = {"PATH": DEFAULT_PATH, "HOME": str(self.home), "TMPDIR": str(self.tmp),
+               "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+        out.update(self.base_env)
+        if env:
+            out.update(env)
+        return out
+
+    async def _ensure_dirs(self) -> None:
+        if self._dirs_made:
+            return
+        dirs = [str(self.workdir), str(self.home), str(self.tmp)]
+        await self._control(f"mkdir -p {' '.join(shlex.quote(d) for d in dirs)}", check=True)
+        self._dirs_made = True
+
+    async def _control(self, command: str, *, check: bool = False, timeout: float = 30.0) -> bytes:
+        try:
+            result = await self.connection.run(command, timeout=timeout, control=True)
+        except (HostDown, asyncio.TimeoutError) as error:
+            raise SandboxError(f"host {self.host.name}: {error}") from error
+        if check and result.returncode != 0:
+            raise SandboxError(f"host {self.host.name}: {command[:80]!r} exited {result.returncode}: "
+                               f"{result.stderr.decode(errors='replace').strip()[-500:]}")
+        return result.stdout
+
+    # -- pause clock ------------------------------------------------------------------------
+    @property
+    def paused(self) -> bool:
+        return self._paused_since is not None
+
+    def _paused_time(self, now: float | None = None) -> float:
+        total = self._paused_total
+        if self._paused_since is not None:
+            total += (time.monotonic() if now is None else now) - self._paused_since
+        return total
+
+    # -- exec -------------------------------------------------------------------------------
+    async def exec(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+        timeout: float | None = None, timeout_name: str = "exec", stdin: bytes | None = None,
+        log_prefix: Path, on_line: Callable[[OutputLine], None] | None = None,
+        on_start: Callable[[int], None] | None = None,
+    ) -> ExecResult:
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        args = [os.fspath(a) for a in argv]
+        if not args:
+            raise ValueError("argv is empty")
+        run_cwd = str(self.workdir if cwd is None else (Path(cwd) if Path(cwd).is_absolute() else self.workdir / cwd))
+        command = remote_command(args, self.child_env(env), run_cwd)
+        stdout_path, stderr_path = Path(f"{log_prefix}.stdout"), Path(f"{log_prefix}.stderr")
+        stdout_path.parent.mkdir(parents=True, exist_ok=True)
+
+        started = time.monotonic()
+        paused_at_start = self._paused_time()
+
+        def active(now: float | None = None) -> float:
+            now = time.monotonic() if now is None else now
+            return (now - started) - (self._paused_time(now) - paused_at_start)
+
+        def result(returncode: int | None, run: _RemoteRun | None) -> ExecResult:
+            now = time.monotonic()
+            timed_out = bool(run and run.timed_out)
+            return ExecResult(
+                returncode=returncode, timed_out=timed_out, timeout_name=timeout_name if timed_out else None,
+                killed=bool(run and run.killed), duration_s=now - started, active_s=max(0.0, active(now)),
+                stdout_path=stdout_path, stderr_path=stderr_path,
+            )
+
+        await self._resumed.wait()
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        await self._ensure_dirs()
+        with open(stdout_path, "wb") as out_f, open(stderr_path, "wb") as err_f:
+            try:
+                async with self.connection.channel() as conn:
+                    generation = self.connection.generation
+                    try:
+                        proc = await conn.create_process(command, encoding=None)
+                    except (asyncssh.Error, OSError) as error:
+                        raise SandboxError(f"host {self.host.name}: cannot start command: {error}") from error
+                    run = _RemoteRun(proc=proc)
+                    self._runs.add(run)
+                    try:
+                        code = await self._supervise(run, generation, stdin, out_f, err_f, on_line, on_start,
+                                                     timeout, active)
+                        return result(code, run)
+                    finally:
+                        self._runs.discard(run)
+                        run.done.set()
+            except HostDown as error:
+                raise SandboxError(str(error)) from error
+
+    async def _supervise(
+        self, run: _RemoteRun, generation: int, stdin: bytes | None, out_f: BinaryIO, err_f: BinaryIO,
+        on_line: Callable[[OutputLine], None] | None, on_start: Callable[[int], None] | None,
+        timeout: float | None, active: Callable[[], float],
+    ) -> int | None:
+        proc = run.proc
+        pumps: list[asyncio.Task[None]] = []
+        watcher: asyncio.Task[None] | None = None
+        closed: asyncio.Task[None] | None = None
+        try:
+            if stdin:
+                proc.stdin.write(stdin)
+            proc.stdin.write_eof()
+            pumps = [
+                asyncio.create_task(self._pump(run, proc.stdout, out_f, "stdout", on_line, None)),
+                asyncio.create_task(self._pump(run, proc.stderr, err_f, "stderr", on_line, on_start)),
+            ]
+            if timeout is not None:
+                watcher = asyncio.create_task(self._deadline(run, timeout, active))
+            closed = asyncio.create_task(proc.wait_closed())
+            exited_at: float | None = None
+            leftovers_killed = False
+            while True:
+                done, _ = await asyncio.wait({closed}, timeout=0.1)
+                if done:
+                    break
+                if proc.exit_status is not None or proc.exit_signal is not None:
+                    now = time.monotonic()
+                    exited_at = exited_at or now
+                    if not leftovers_killed and now - exited_at > self.leftover_grace_s:
+                        log.info("host %s pgid %s: pipes open after exit; killing leftovers", self.host.name, run.pgid)
+                        await self._signal_group(run, "KILL")
+                        leftovers_killed = True
+                    elif leftovers_killed and now - exited_at > self.leftover_grace_s + 2:
+                        proc.close()
+            await asyncio.wait(pumps, timeout=self.leftover_grace_s)
+            if watcher is not None:
+                if run.timed_out:
+                    await watcher
+                else:
+                    watcher.cancel()
+            if run.error is not None:
+                raise run.error
+            status, sig = proc.exit_status, proc.exit_signal
+            if status is None and sig is None:
+                if run.killed:
+                    return -signal.SIGKILL
+                lost = self.connection.generation != generation or not self.connection.up
+                raise SandboxError(f"host {self.host.name}: connection lost while the command ran"
+                                   if lost else f"host {self.host.name}: command ended without an exit status")
+            if sig is not None:
+                name = sig[0] if isinstance(sig, tuple) else str(sig)
+                try:
+                    return -int(signal.Signals[f"SIG{name}"])
+                except KeyError:
+                    return -1
+            if run.signalled and 128 < status <= 128 + 64:
+                return -(status - 128)
+            return status
+        except asyncio.CancelledError:
+            run.killed = True
+            raise
+        finally:
+            if watcher is not None and not watcher.done():
+                watcher.cancel()
+            for task in pumps:
+                if not task.done():
+                    task.cancel()
+            if closed is not None and not closed.done():
+                closed.cancel()
+            # Leftovers of the group never outlive the exec (the group leader may already be gone).
+            if self.connection.up and run.pgid is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(self._signal_group(run, "KILL"))
+            elif run.pgid is not None:
+                self.host.note_orphan(run.pgid, self.workdir)
+            with contextlib.suppress(Exception):
+                proc.close()
+            await asyncio.gather(*pumps, return_exceptions=True)
+            if watcher is not None:
+                await asyncio.gather(watcher, return_exceptions=True)
+
+    async def _pump(
+        self, run: _RemoteRun, reader: Any, f: BinaryIO, stream: str,
+        on_line: Callable[[OutputLine], None] | None, on_start: Callable[[int], None] | None,
+    ) -> None:
+        splitter = LineSplitter() if on_line is not None else None
+        line_no = 0
+        header = stream == "stderr"  # stderr starts with the PGID marker line
+        pending = b""
+
+        def deliver(lines: list[RawLine]) -> None:
+            nonlocal line_no
+            assert on_line is not None
+            for raw in lines:
+                line_no += 1
+                on_line(OutputLine(stream, line_no, raw.text(), raw.nbytes, raw.truncated))
+
+        try:
+            while True:
+                try:
+                    chunk = await reader.read(READ_CHUNK)
+                except (asyncssh.Error, OSError, asyncio.IncompleteReadError):
+                    break
+                if not chunk:
+                    break
+                if header:
+                    pending += chunk
+                    newline = pending.find(b"\n")
+                    if newline < 0 and len(pending) < 256:
+                        continue
+                    header = False
+                    first, chunk = pending[: newline + 1], pending[newline + 1 :]
+                    if first.startswith(MARK):
+                        try:
+                            run.pgid = int(first[len(MARK):].strip())
+                        except ValueError:
+                            pass
+                        else:
+                            run.pgid_known.set()
+                            self.host.note_group(run.pgid, self.workdir)
+                            if self._paused_since is not None:
+                                self._spawn_signal([run], "STOP")
+                            if self._closed or run.killed:
+                                self._spawn_signal([run], "KILL")
+                            if on_start is not None:
+                                on_start(run.pgid)
+                    else:
+                        chunk = first + chunk
+                    if not chunk:
+                        continue
+                f.write(chunk)
+                f.flush()
+                if splitter is not None:
+                    deliver(splitter.feed(chunk))
+            if header and pending:  # the marker never completed: keep what came
+                f.write(pending)
+                if splitter is not None:
+                    deliver(splitter.feed(pending))
+            if splitter is not None:
+                deliver(splitter.flush())
+        except Exception as exc:
+            if run.error is None:
+                run.error = exc
+            self._spawn_signal([run], "KILL")
+        finally:
+            run.pgid_known.set()  # nobody waits for a marker that cannot come any more
+
+    async def _deadline(self, run: _RemoteRun, timeout: float, active: Callable[[], float]) -> None:
+        while True:
+            if not self._resumed.is_set():
+                await self._resumed.wait()
+                continue
+            remaining = timeout - active()
+            if remaining <= 0:
+                break
+            await asyncio.sleep(remaining)
+        if run.proc.exit_status is not None or run.proc.exit_signal is not None:
+            return
+        run.timed_out = True
+        await self._terminate(run)
+
+    async def _terminate(self, run: _RemoteRun) -> None:
+        await self._signal_group(run, "TERM", also_cont=True)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(run.proc.wait_closed(), self.term_grace_s)
+        await self._signal_group(run, "KILL")
+
+    async def _signal_group(self, run: _RemoteRun, sig: str, also_cont: bool = False) -> None:
+        await self._signal_groups([run], sig, also_cont)
+
+    async def _signal_groups(self, runs: list[_RemoteRun], sig: str, also_cont: bool = False) -> None:
+        groups = []
+        for run in runs:
+            if run.pgid is None:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(run.pgid_known.wait(), PGID_WAIT_S)
+            if run.pgid is not None:
+                groups.append(run.pgid)
+                if sig in ("TERM", "KILL"):
+                    run.signalled = True
+        if not groups:
+            return
+        targets = " ".join(f"-{pgid}" for pgid in groups)
+        command = f"kill -{sig} {targets} 2>/dev/null"
+        if also_cont:
+            command += f"; kill -CONT {targets} 2>/dev/null"
+        async with self._signal_lock:  # STOP/CONT arrive in the order pause()/resume() were called
+            try:
+                await self.connection.run(command + "; true", timeout=15, control=True)
+            except (HostDown, asyncio.TimeoutError) as error:
+                log.warning("host %s: cannot send SIG%s to %s: %s", self.host.name, sig, targets, error)
+
+    def _spawn_signal(self, runs: list[_RemoteRun], sig: str) -> None:
+        task = asyncio.get_running_loop().create_task(self._signal_groups(runs, sig))
+        self._signal_tasks.add(task)
+        task.add_done_callback(self._signal_tasks.discard)
+
+    # -- control ----------------------------------------------------------------------------
+    def pause(self) -> None:
+        if self._paused_since is not None:
+            return
+        self._paused_since = time.monotonic()
+        self._resumed.clear()
+        runs = [run for run in self._runs if run.pgid is not None]
+        if runs:
+            self._spawn_signal(runs, "STOP")
+
+    def resume(self) -> None:
+        if self._paused_since is None:
+            return
+        runs = [run for run in self._runs if run.pgid is not None]
+        if runs:
+            self._spawn_signal(runs, "CONT")
+        self._paused_total += time.monotonic() - self._paused_since
+        self._paused_since = None
+        self._resumed.set()
+
+    async def kill(self) -> None:
+        runs = list(self._runs)
+        for run in runs:
+            run.killed = True
+        if not runs:
+            return
+        if self.connection.up:
+            await self._signal_groups(runs, "KILL")
+        else:
+            for run in runs:
+                with contextlib.suppress(Exception):
+                    run.proc.close()
+        waits = [asyncio.create_task(run.done.wait()) for run in runs]
+        _, pending = await asyncio.wait(waits, timeout=KILL_RESULT_WAIT_S)
+        for task in pending:
+            task.cancel()
+
+    async def close(self) -> None:
+        self._closed = True
+        await self.kill()
+        self.resume()
+        if self._signal_tasks:
+            await asyncio.wait(list(self._signal_tasks), timeout=5)
+
+    # -- files ------------------------------------------------------------------------------
+    def resolve(self, rel_path: str) -> str:
+        """The remote path of `rel_path` (lexically inside the work dir; symlinks are checked on use)."""
+        if not rel_path or "\x00" in rel_path:
+            raise SandboxPathError(f"invalid path: {rel_path!r}")
+        if os.path.isabs(rel_path):
+            raise SandboxPathError(f"absolute path not allowed: {rel_path!r}")
+        root = str(self.workdir)
+        target = posixpath.normpath(posixpath.join(root, rel_path))
+        if target != root and not target.startswith(root + "/"):
+            raise SandboxPathError(f"path escapes the sandbox: {rel_path!r}")
+        return target
+
+    async def _check_real(self, sftp: asyncssh.SFTPClient, path: str, rel_path: str) -> None:
+        """Refuse a path whose existing part resolves (through symlinks) outside the work dir."""
+        probe = path
+        while True:
+            try:
+                real = await sftp.realpath(probe)
+                break
+            except asyncssh.SFTPError:
+                parent = posixpath.dirname(probe)
+                if parent == probe:
+                    return
+                probe = parent
+        root = await sftp.realpath(str(self.workdir))
+        if real != root and not real.startswith(root.rstrip("/") + "/"):
+            raise SandboxPathError(f"path escapes the sandbox: {rel_path!r} -> {real}")
+
+    async def put(self, rel_path: str, data: bytes | Path) -> Path:
+        target = self.resolve(rel_path)
+        await self._ensure_dirs()
+        try:
+            sftp = await self.connection.sftp()
+            await self._check_real(sftp, target, rel_path)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                await sftp.makedirs(posixpath.dirname(target), exist_ok=True)
+                if await sftp.isdir(target):
+                    raise SandboxError(f"destination is a directory: {rel_path!r}")
+                async with sftp.open(target, "wb") as handle:
+                    await handle.write(bytes(data))
+                return Path(target)
+        except (HostDown, asyncssh.Error) as error:
+            raise SandboxError(f"host {self.host.name}: put {rel_path!r}: {error}") from error
+        src = Path(data)
+        if not src.exists():
+            raise FileNotFoundError(f"no such file or directory: {src}")
+        await self.host.push_tree(src, target)
+        return Path(target)
+
+    async def get(self, rel_path: str, max_bytes: int = 50 * 2**20) -> bytes:
+        target = self.resolve(rel_path)
+        try:
+            sftp = await self.connection.sftp()
+            await self._check_real(sftp, target, rel_path)
+            try:
+                attrs = await sftp.stat(target)
+            except asyncssh.SFTPNoSuchFile:
+                raise FileNotFoundError(f"no such file in sandbox: {rel_path!r}") from None
+            if attrs.type != asyncssh.FILEXFER_TYPE_REGULAR:
+                raise SandboxError(f"not a regular file: {rel_path!r}")
+            if (attrs.size or 0) > max_bytes:
+                raise SandboxError(f"{rel_path!r} is {attrs.size} bytes, more than max_bytes={max_bytes}")
+            async with sftp.open(target, "rb") as handle:
+                data = await handle.read(max_bytes + 1)
+        except (HostDown, asyncssh.Error) as error:
+            raise SandboxError(f"host {self.host.name}: get {rel_path!r}: {error}") from error
+        if len(data) > max_bytes:
+            raise SandboxError(f"{rel_path!r} is more than max_bytes={max_bytes}")
+        return data
+
+    # -- issue 7 hooks used by the lifecycle and the tiers -----------------------------------
+    async def stage_pristine(self, path: Path) -> None:
+        """Make the run's pristine bare repo exist on the host at the same path (once per host)."""
+        await self.host.stage_pristine(Path(path))
+
+    async def sync_back(self, rel_path: str, max_bytes: int = 50 * 2**20) -> None:
+        """Copy one file from the host into the engine-side mirror of the work dir (or remove it)."""
+        local = self.workdir / rel_path
+        try:
+            data = await self.get(rel_path, max_bytes)
+        except FileNotFoundError:
+            if local.is_file() or local.is_symlink():
+                local.unlink()
+            return
+        except SandboxError:
+            return  # not a regular file or too big: the loader judges what is (not) there
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(data)
+
+    async def path_status(self, path: str) -> tuple[bool, bool]:
+        """(exists, executable) of a path on the host."""
+        quoted = shlex.quote(path)
+        out = await self._control(f"if test -e {quoted}; then echo e; fi; if test -x {quoted}; then echo x; fi")
+        return b"e" in out, b"x" in out
+
+
+def tar_tree(src: Path, arcname: str = ".") -> bytes:
+    """A tar of a file or tree (symlinks kept as links, never followed)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        tar.add(str(src), arcname=arcname, recursive=True)
+    return buffer.getvalue()

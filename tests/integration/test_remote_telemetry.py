@@ -1,0 +1,119 @@
+"""Remote GPU telemetry through a real sshd: one `nvidia-smi -lms` stream per host, replayed by a
+stand-in printing the recorded H200 output (this machine has no GPU), in the engine and alone."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from resenv.engine.remote import SshConnection, SshTarget
+from resenv.engine.telemetry import NO_DRIVER, SMI_STREAM, SmiStreamSampler, TelemetrySink
+
+from ..sshd_rig import make_sshd, sshd_available, standin_bin
+from .test_ssh_hosts import MAIN, bench_text, cli_env, rows
+
+pytestmark = [pytest.mark.skipif(not sshd_available(), reason="needs root and openssh-server"),
+              pytest.mark.timeout(120)]
+
+
+class MemorySink(TelemetrySink):
+    def __init__(self) -> None:
+        super().__init__(writer=None, run_id="r")
+        self.states: list[tuple[str, str]] = []
+
+    def set_state(self, host: str, state: str) -> None:
+        self.states.append((host, state))
+        self.host(host).state = state
+
+
+def target(server, name="h") -> SshTarget:
+    return SshTarget(name=name, address=server.address, port=server.port, user="root",
+                     key=str(server.client_key), known_hosts=str(server.known_hosts))
+
+
+async def test_stream_sampler_reads_recorded_rows_and_survives_a_cut_stream(tmp_path):
+    bin_dir = standin_bin(tmp_path)
+    server = make_sshd(tmp_path / "sshd", set_env={"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+                                                    "STANDIN_GPUS": "8", "STANDIN_TICKS": "3", "STANDIN_CUT": "1"})
+    connection = SshConnection(target(server))
+    try:
+        await connection.connect()
+        sink = MemorySink()
+        sampler = SmiStreamSampler("h", connection, sink, command=SMI_STREAM.replace("1000", "100"),
+                                   backoff_start_s=0.1)
+        sampler.start()
+        deadline = time.monotonic() + 20
+        while sampler.restarts < 2:  # the stream ended (cut mid-row) and was started again
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        await sampler.stop()
+        samples = sink._buffer
+        assert len(samples) >= 2 * 3 * 8 and {s.gpu for s in samples} == set(range(8))
+        assert all(s.mem_total_mib == 143771 and s.temp_c in (32, 33) for s in samples)
+        assert ("h", "ok") in sink.states
+    finally:
+        await connection.close()
+        server.stop()
+
+
+async def test_host_without_driver_is_a_state(tmp_path):
+    bin_dir = standin_bin(tmp_path)
+    server = make_sshd(tmp_path / "sshd", set_env={"PATH": f"{bin_dir}:/usr/bin:/bin", "STANDIN_NO_DRIVER": "1"})
+    connection = SshConnection(target(server))
+    try:
+        await connection.connect()
+        sink = MemorySink()
+        sampler = SmiStreamSampler("h", connection, sink)
+        assert await sampler._stream_once() is False
+        assert sink.states[-1][1].startswith(NO_DRIVER) and "couldn't communicate" in sink.states[-1][1]
+    finally:
+        await connection.close()
+        server.stop()
+
+
+async def test_host_without_nvidia_smi_is_a_state(tmp_path):
+    server = make_sshd(tmp_path / "sshd", set_env={"PATH": "/usr/bin:/bin"})
+    connection = SshConnection(target(server))
+    try:
+        await connection.connect()
+        sink = MemorySink()
+        assert await SmiStreamSampler("h", connection, sink)._stream_once() is False
+        assert sink.states[-1][1].startswith(NO_DRIVER)
+    finally:
+        await connection.close()
+        server.stop()
+
+
+def test_engine_samples_a_remote_gpu_host_into_the_store(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    bin_dir = standin_bin(tmp_path)
+    server = make_sshd(tmp_path / "sshd", hide=[data],
+                       set_env={"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "STANDIN_GPUS": "2"})
+    try:
+        hosts = server.host_yaml("gpubox", gpus="auto", slots=1)
+        bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}})
+        # the agent takes ~3 s so that the 1 Hz stream delivers samples while the job runs
+        text = bench.read_text().replace("echo agent on", "sleep 3; echo agent on")
+        bench.write_text(text)
+        done = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--host", "gpubox",
+                               "--display", "plain", "--tiers", "C1"], env=cli_env(tmp_path), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, done.stdout + done.stderr
+        db = tmp_path / "store.db"
+        samples = rows(db, "SELECT host, gpu, util_pct, mem_total_mib, power_w FROM gpu_samples")
+        assert len(samples) >= 4 and {s["gpu"] for s in samples} == {0, 1}
+        assert all(s["host"] == "gpubox" and s["mem_total_mib"] == 143771 for s in samples)
+        inventory = json.loads(rows(db, "SELECT inventory_json FROM hosts WHERE name = 'gpubox'")[0]["inventory_json"])
+        assert inventory["gpus"] == [0, 1] and inventory["driver"] == "580.159.04" and inventory["cuda"] == "13.0"
+        assert inventory.get("telemetry") == "ok"
+    finally:
+        server.stop()

@@ -1,0 +1,278 @@
+"""SSH hosts end to end with real OpenSSH servers and the real engine (issue 7).
+
+* loopback: one sshd on 127.0.0.1 whose mount namespace hides the engine's data dir behind a tmpfs,
+  so checkout, agent, probes and report really travel over SSH (nothing is shared by accident);
+* network namespaces: an engine namespace and two host namespaces linked by veth pairs, an sshd in
+  each host namespace; one host is killed (or cut off) mid-job and the job finishes on the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ..sshd_rig import NetLab, make_sshd, netns_available, sshd_available
+
+pytestmark = [pytest.mark.skipif(not sshd_available(), reason="needs root and openssh-server"),
+              pytest.mark.timeout(240)]
+
+RESENV = [sys.executable, "-m", "resenv.engine.cli"]
+MAIN = "import sys\nprint('main ran on', sys.executable)\n"
+
+AGENT = """\
+a:
+  kind: command
+  command: >-
+    echo agent on $(cat /proc/sys/kernel/hostname) in $(pwd);
+    case {workdir} in */attempt-1/work) if [ -f {repo}/slow ]; then sleep 60; fi;; esac;
+    python3 -m venv --without-pip {env} &&
+    printf '{{"python_path": "%s", "python_version": null}}' {env}/bin/python > {report}
+"""
+
+
+def bench_text(root: Path, hosts: str, repos: dict[str, dict[str, str]], *, retries: int = 2) -> Path:
+    entries = []
+    for repo_id, files in repos.items():
+        tree = root / "suites" / repo_id
+        tree.mkdir(parents=True, exist_ok=True)
+        for name, content in files.items():
+            (tree / name).write_text(content)
+        entries.append(textwrap.dedent(f"""\
+              - id: {repo_id}
+                source: {{path: suites/{repo_id}}}
+                entrypoints:
+                  cpu: {{command: "{{python}} main.py"}}
+                not_applicable: {{single_gpu: no GPU code, multi_gpu: no GPU code}}
+        """))
+    text = "version: 1\n"
+    text += f"defaults:\n  suite: s\n  agent: a\n  retries: {{infra: {retries}, backoff_s: 0.5}}\n"
+    text += "  timeouts: {teardown: 20}\n"
+    text += "hosts:\n  local: {kind: local, gpus: 0}\n" + hosts
+    text += "agents:\n" + textwrap.indent(AGENT, "  ")
+    text += "suites:\n  s:\n    repos:\n" + textwrap.indent("".join(entries), "    ")
+    path = root / "benchmark.yaml"
+    path.write_text(text)
+    return path
+
+
+def rows(db: Path, sql: str, params: tuple = ()) -> list[dict]:
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(row) for row in conn.execute(sql, params)]
+    finally:
+        conn.close()
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(RESENV_DB=str(tmp_path / "store.db"), RESENV_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1")
+    return env
+
+
+def test_job_runs_end_to_end_on_a_loopback_ssh_host_with_nothing_shared(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    server = make_sshd(tmp_path / "sshd", hide=[data])
+    try:
+        hosts = server.host_yaml("remote", gpus=0, slots=2)
+        bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}, "two": {"main.py": MAIN}})
+        env = cli_env(tmp_path)
+        done = subprocess.run([*RESENV, "run", str(bench), "--host", "remote", "--display", "plain",
+                               "--tiers", "C1,C5"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+        db = tmp_path / "store.db"
+        jobs = rows(db, "SELECT key, state, host, attempts FROM jobs ORDER BY key")
+        assert [(j["state"], j["host"], j["attempts"]) for j in jobs] == [("done", "remote", 1)] * 2, jobs
+        tiers = {(r["key"], r["tier"]): r["status"] for r in rows(
+            db, "SELECT j.key, t.tier, t.status FROM tier_results t JOIN jobs j ON j.id = t.job_id")}
+        assert tiers == {("one/a", "C1"): "pass", ("one/a", "C5"): "pass",
+                         ("two/a", "C1"): "pass", ("two/a", "C5"): "pass"}, tiers
+        # Output came back over SSH into the local raw logs and the store ...
+        c1 = rows(db, "SELECT tail, head FROM logs WHERE name LIKE 'C1%' AND stream = 'stdout'")
+        assert all("main ran on" in row["head"] for row in c1)
+        events = rows(db, "SELECT data FROM events WHERE kind = 'output' AND data LIKE '%main ran on%'")
+        assert len(events) == 2
+        # ... while the checkout and the env exist only on the host: the engine's mirror has the report only.
+        attempt = rows(db, "SELECT workdir FROM attempts LIMIT 1")[0]
+        work = Path(attempt["workdir"])
+        assert (work / "report.json").is_file()
+        assert not (work / "repo").exists() and not (work / "env").exists()
+        host_row = rows(db, "SELECT state, inventory_json FROM hosts WHERE name = 'remote'")[0]
+        assert json.loads(host_row["inventory_json"])["os"]
+    finally:
+        server.stop()
+
+
+def test_unknown_host_key_is_refused_and_the_host_stays_down(tmp_path):
+    server = make_sshd(tmp_path / "sshd")
+    try:
+        (tmp_path / "empty_known_hosts").write_text("")
+        hosts = server.host_yaml("remote", gpus=0, known_hosts=str(tmp_path / "empty_known_hosts"))
+        bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}})
+        env = cli_env(tmp_path)
+        check = subprocess.run([*RESENV, "hosts", "check", str(bench)], env=env, cwd=tmp_path,
+                               capture_output=True, text=True, timeout=60)
+        assert check.returncode == 1
+        assert "UNREACHABLE" in check.stdout and "not trusted" in check.stdout.lower() + check.stderr.lower()
+    finally:
+        server.stop()
+
+
+def test_hosts_check_reports_facts_and_problems(tmp_path):
+    server = make_sshd(tmp_path / "sshd")
+    try:
+        hosts = server.host_yaml("remote", gpus="[0, 1]") + "  here: {kind: local, gpus: 0}\n"
+        bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}})
+        check = subprocess.run([*RESENV, "hosts", "check", str(bench)], env=cli_env(tmp_path), cwd=tmp_path,
+                               capture_output=True, text=True, timeout=60)
+        out = check.stdout
+        assert "remote (ssh): reachable" in out and "here (local): reachable" in out, out
+        assert "os: " in out and "cpus: " in out and "free disk at data dir" in out
+        # this machine has no NVIDIA driver: a state, and a problem only where the spec asks for GPUs
+        assert "gpus: no NVIDIA driver" in out
+        assert "spec asks for GPUs [0, 1] but the host has no NVIDIA driver" in out
+        assert check.returncode == 1
+    finally:
+        server.stop()
+
+
+# ----------------------------------------------------------------------------- host faults (netns)
+@pytest.fixture
+def lab():
+    if not netns_available():
+        pytest.skip("needs root and ip netns")
+    lab = NetLab()
+    try:
+        yield lab
+    finally:
+        lab.close()
+
+
+@pytest.mark.parametrize("fault", ["killed", "cut_off"])
+def test_host_dies_mid_job_and_the_job_finishes_on_another_host(tmp_path, lab, fault):
+    data = tmp_path / "data"
+    data.mkdir()
+    engine_ns = lab.namespace("eng")
+    servers = {}
+    devices = {}
+    client_key = None
+    for index, name in enumerate(["A", "B"], start=1):
+        host_ns = lab.namespace(name.lower())
+        device, _, host_ip = lab.link(engine_ns, host_ns, index)
+        devices[name] = (host_ns, device)
+        servers[name] = make_sshd(tmp_path / f"sshd-{name}", address=host_ip, netns=host_ns, hide=[data],
+                                  client_key=client_key)
+        client_key = servers[name].client_key
+    known = tmp_path / "known_hosts"
+    known.write_text("".join(s.known_hosts.read_text() for s in servers.values()))
+    hosts = "".join(s.host_yaml(name, gpus=0, slots=1, known_hosts=str(known), keepalive_s=1, keepalive_count=2,
+                                connect_timeout_s=3)
+                    for name, s in servers.items())
+    bench = bench_text(tmp_path, hosts, {"slowjob": {"main.py": MAIN, "slow": "1"}})
+    env = cli_env(tmp_path)
+    engine = subprocess.Popen(
+        ["ip", "netns", "exec", engine_ns, *RESENV, "run", str(bench), "--host", "A", "--host", "B",
+         "--display", "plain", "--tiers", "C1,C5"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    db = tmp_path / "store.db"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:  # the file may exist before its tables do
+                agent = rows(db, "SELECT a.host FROM attempts a JOIN phases p ON p.attempt_id = a.id"
+                                 " WHERE p.name = 'agent' AND p.status = 'running'") if db.exists() else []
+            except sqlite3.OperationalError:
+                agent = []
+            if agent:
+                break
+            time.sleep(0.2)
+        else:
+            raise AssertionError("the agent never started")
+        assert agent[0]["host"] == "A"
+        time.sleep(1.0)
+        if fault == "killed":
+            lab.kill_all(devices["A"][0])  # sshd and everything it ran: the machine is gone
+        else:
+            lab.cut(engine_ns, devices["A"][1])  # the cable: nothing answers, nothing closes
+        out, _ = engine.communicate(timeout=150)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+    assert engine.returncode == 0, out
+    attempts = rows(db, "SELECT number, host, state, category, reason FROM attempts ORDER BY number")
+    assert attempts[0]["host"] == "A" and (attempts[0]["state"], attempts[0]["category"]) == ("error", "infra"), attempts
+    assert attempts[-1]["host"] == "B" and attempts[-1]["state"] == "done", attempts
+    assert all(a["host"] == "B" for a in attempts[1:]), "a dead host was chosen again"
+    job = rows(db, "SELECT state FROM jobs")[0]
+    assert job["state"] == "done"
+    tiers = {r["tier"]: r["status"] for r in rows(db, "SELECT tier, status FROM tier_results")}
+    assert tiers == {"C1": "pass", "C5": "pass"}
+    states = [json.loads(r["data"]) for r in rows(db, "SELECT data FROM events WHERE kind = 'host_state'")]
+    assert {"host": "A", "state": "down"} in [{k: s[k] for k in ("host", "state")} for s in states]
+    assert rows(db, "SELECT state FROM hosts WHERE name = 'A'")[0]["state"] == "down"
+    for server in servers.values():
+        server.stop()
+
+
+# ------------------------------------------------------------------ connection: channels, reconnect
+async def test_execs_beyond_max_sessions_wait_for_a_channel_and_all_succeed(tmp_path):
+    from resenv.engine.hosts_ssh import build_ssh_host
+    from resenv.engine.spec import SshHost as SshSpec
+
+    server = make_sshd(tmp_path / "sshd", max_sessions=5)
+    spec = SshSpec(kind="ssh", address=server.address, port=server.port, user="root", key=str(server.client_key),
+                   known_hosts=str(server.known_hosts), gpus=0, max_sessions=5)
+    host = build_ssh_host("h", spec)
+    try:
+        assert await host.start()
+        box = host.sandbox(tmp_path / "work")
+        results = await asyncio.gather(*(
+            box.exec(["sh", "-c", f"sleep 0.2; echo {i}"], log_prefix=tmp_path / "logs" / f"x{i}") for i in range(12)))
+        assert [r.returncode for r in results] == [0] * 12
+        assert [(tmp_path / "logs" / f"x{i}.stdout").read_text() for i in range(12)] == [f"{i}\n" for i in range(12)]
+        assert host.connection.channel_limit == 2  # 5 - SFTP - control - one of margin
+        await box.close()
+    finally:
+        await host.close()
+        server.stop()
+
+
+async def test_a_lost_connection_marks_the_host_down_and_the_monitor_brings_it_back(tmp_path):
+    from resenv.engine.remote import SshConnection, SshTarget
+
+    server = make_sshd(tmp_path / "sshd")
+    states = []
+    connection = SshConnection(SshTarget(name="h", address=server.address, port=server.port, user="root",
+                                         key=str(server.client_key), known_hosts=str(server.known_hosts),
+                                         keepalive_s=1, keepalive_count=2, connect_timeout_s=2),
+                               on_state=lambda state, reason: states.append(state))
+    connection.backoff_start_s = 0.2
+    try:
+        await connection.connect()
+        assert connection.up
+        server.stop()  # the listener and every session (our connection) die
+        deadline = time.monotonic() + 10
+        while connection.up:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        assert states[-1] == "down"
+        await asyncio.sleep(1.0)  # the monitor retries with backoff while nothing listens
+        assert not connection.up
+        server.start()
+        assert await connection.wait_up(timeout=15)
+        assert (await connection.run("echo back")).stdout == b"back\n"
+        assert states[-2:] == ["down", "up"] or states[-1] == "up"
+    finally:
+        await connection.close()
+        server.stop()

@@ -1,0 +1,66 @@
+"""Host kinds in benchmark.yaml (issue 7): ssh hosts, docker sandboxes and their errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from resenv.engine.hosts import Host, HostPool, build_hosts
+from resenv.engine.spec import SpecError, SshHost, loads_benchmark
+
+SUITE = """suites: {s: {repos: [{id: r, source: {git: "https://example.invalid/r.git", commit: "%s"},
+  entrypoints: {cpu: {command: x}}, not_applicable: {single_gpu: n, multi_gpu: n}}]}}
+defaults: {suite: s, host: a}
+""" % ("a" * 40)
+
+
+def load(hosts: str):
+    return loads_benchmark("version: 1\nhosts:\n" + hosts + SUITE, Path("."))
+
+
+def test_ssh_host_defaults_are_strict_and_key_only():
+    bench = load("  a: {kind: ssh, address: 10.0.0.5}\n")
+    host = bench.host("a")
+    assert isinstance(host, SshHost)
+    assert (host.port, host.strict_host_keys, host.sandbox, host.max_sessions, host.gpus) == (22, True, "process", 10, "auto")
+    assert host.docker.network == "none" and host.docker.memlock == -1
+
+
+def test_every_host_problem_is_reported_with_its_line():
+    with pytest.raises(SpecError) as error:
+        load("  a: {kind: ssh}\n  b: {kind: ssh, address: h, sandbox: docker}\n"
+             "  c: {kind: local, sandbox: docker, image: i, docker: {network: bridge}}\n"
+             "  d: {kind: slurm}\n  e: {kind: ssh, address: h, password: x}\n")
+    text = "\n".join(f"{issue.line}: {issue.path}: {issue.message}" for issue in error.value.issues)
+    assert "3: hosts.a.address: " in text
+    assert "4: hosts.b: sandbox: docker needs `image:`" in text
+    assert "5: hosts.c.docker.network: expected 'none' or 'host'" in text
+    assert "6: hosts.d.kind: unknown kind 'slurm'; known host kinds: local, ssh" in text
+    assert "7: hosts.e.password: unknown key 'password'" in text
+
+
+def test_build_hosts_makes_ssh_hosts_that_are_down_until_connected():
+    bench = load("  a: {kind: ssh, address: 127.0.0.1, gpus: 2}\n  b: {kind: local, gpus: 0}\n")
+    hosts = build_hosts(dict(bench.hosts))
+    ssh, local = hosts
+    assert ssh.kind == "ssh" and ssh.gpu_ids == [0, 1] and not ssh.available()
+    assert local.available() and local.spec.sandbox == "process"
+    pool = HostPool(hosts)
+    lease = pool.lease(0)
+    assert lease is not None and lease.host is local  # the down host is never chosen
+    assert pool.lease(1) is None  # GPU work waits for the GPU host to come up
+
+
+def test_a_down_host_is_skipped_and_chosen_again_once_back():
+    class Flaky(Host):
+        up = False
+
+        def available(self) -> bool:
+            return self.up
+
+    flaky = Flaky(name="f", kind="ssh", slots=1, gpu_ids=[0])
+    pool = HostPool([flaky])
+    assert pool.lease(1) is None
+    flaky.up = True
+    assert pool.lease(1).host is flaky
