@@ -55,6 +55,7 @@ def main() -> None:
 @click.argument("benchmark", type=click.Path(path_type=Path), default="benchmark.yaml", required=False)
 @click.option("--suite", help="Suite to run (default: the benchmark's defaults.suite).")
 @click.option("--agent", "agents", multiple=True, help="Agent(s) to run; repeat for several.")
+@click.option("--repo", "repos", multiple=True, help="Only these repo ids of the suite; repeat for several.")
 @click.option("--host", "hosts", multiple=True, help="Host(s) to use; repeat for several (default: defaults.host).")
 @db_option
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Where raw logs and work dirs go.")
@@ -66,7 +67,8 @@ def main() -> None:
 @click.option("--tiers", "tiers_text", default="all", show_default=True, metavar="LIST",
               help="Tiers to score: `all`, `none`, or a comma list such as C0,C1,C5.")
 def run(
-    benchmark: Path, suite: str | None, agents: tuple[str, ...], hosts: tuple[str, ...], db_path: Path | None,
+    benchmark: Path, suite: str | None, agents: tuple[str, ...], repos: tuple[str, ...], hosts: tuple[str, ...],
+    db_path: Path | None,
     data_dir: Path | None, jobs: int | None, display: str | None, resume_id: str | None, name: str | None,
     tiers_text: str,
 ) -> None:
@@ -86,7 +88,7 @@ def run(
             suite=suite or bench.defaults.suite,
             agents=list(agents) or [bench.defaults.agent],
             hosts=list(hosts) or [bench.defaults.host],
-            jobs=jobs, name=name, tiers=parse_tiers(tiers_text),
+            jobs=jobs, name=name, tiers=parse_tiers(tiers_text), repos=repos,
         )
         try:
             run_id = create_run(bench, plan, db, data_dir or default_data_dir())
@@ -176,11 +178,12 @@ def show(run_ref: str, db_path: Path | None, as_json: bool) -> None:
         click.echo(json.dumps({"run": run_row | {"spec_json": None}, "jobs": rows}, indent=2, default=str))
         return
     console.print(f"run {run_row['id']} · {run_row['name']} · {run_row['state']} · {run_row['data_dir']}")
-    table = Table("job", "host:gpus", "state", "C0 C1 C2 C3 C4 C5", "attempt", "agent s", "elapsed", "reason")
+    table = Table("job", "host:gpus", "state", "C0 C1 C2 C3 C4 C5", "attempt", "agent s", "tokens", "cost",
+                  "elapsed", "reason")
     for row in rows:
         table.add_row(
             row["key"], row["where"], row["state"], tier_glyphs(row["tiers"]), str(row["attempts"]),
-            row["agent_seconds"], row["elapsed"], row["reason"] or "",
+            row["agent_seconds"], row["tokens_text"], row["cost_text"], row["elapsed"], row["reason"] or "",
         )
     console.print(table)
     console.print("tiers: ✓ pass  ✗ fail  – skip  ! error  · not scored")
@@ -259,6 +262,12 @@ def _duration(run_row: dict) -> str:
         return "—"
     end = run_row["finished_at"] or time.time()
     return f"{end - run_row['started_at']:.1f}s"
+
+
+# issue 7: `resenv hosts check [BENCHMARK]`
+from .hostcheck import hosts_group  # noqa: E402
+
+main.add_command(hosts_group)
 
 
 if __name__ == "__main__":

@@ -25,17 +25,67 @@ Schema (version 1)::
       prices: {}                     # model name -> {input, cached_input, cache_write, output:
                                      #   USD per million tokens >= 0, date: YYYY-MM-DD}
                                      #   (all five required)
+      prompt: null                   # the task prompt of every LLM/command agent (default: the
+                                     #   built-in one, engine/agents/prompt.py); a template over
+                                     #   the job placeholders plus {schema} (the report's fields)
     hosts:                           # name -> host; default {local: {kind: local}}
       local:
-        kind: local                  # the only kind for now
+        kind: local                  # local | ssh
         slots: 2                     # concurrent jobs on this host, int >= 1
         gpus: auto                   # "auto" (detect), a count >= 0, or a list of unique GPU ids
+        sandbox: process             # issue 7: process | docker (docker needs image:)
+        image: null                  # docker: an image present on the host (never pulled)
+        docker: {network: none, cpus: null, memory_mib: null, pids: 4096, shm_mib: 2048,
+                 memlock: -1, user: null}   # network: none | host (never a bridge)
+      gpu-box:
+        kind: ssh                    # issue 7: public-key auth only, one multiplexed connection
+        address: 10.0.0.5            # host name or IP
+        port: 22
+        user: null                   # default: the engine's user
+        key: null                    # private key file (default: ~/.ssh/id_* and the agent)
+        known_hosts: null            # default ~/.ssh/known_hosts; strict_host_keys: true
+        keepalive_s: 10              # dead after keepalive_s * keepalive_count (3) of silence
+        max_sessions: 10             # the server's MaxSessions; channels stay below it
+        slots: 2, gpus: auto, sandbox: process, image: null, docker: {...}   # as for local
+                                     # paths on the host mirror the engine's data dir
     agents:                          # name -> agent (default: none)
       venv-pip:
-        kind: command                # the only kind for now
+        kind: command                # command | baseline | claude-code | codex
         command: [...]               # argv template (list of str), or one str run through sh -c
         env: {}                      # NAME -> template
         output: text                 # text | jsonl
+        env_from: []                 # secrets: names of engine env variables passed to the agent
+                                     #   process only, and redacted from everything stored
+        env_file: null               # secrets: a NAME=value file (relative to the yaml's folder)
+        prompt: null                 # overrides defaults.prompt (given as $RESENV_PROMPT)
+      claude:
+        kind: claude-code            # Claude Code: claude -p --output-format stream-json --verbose
+        executable: claude           # path or name on the sandbox PATH
+        model: null                  # --model (and the model priced when the CLI reports none)
+        permission_mode: bypassPermissions   # | acceptEdits | default | dontAsk | plan
+        max_turns: null              # --max-turns, int >= 1
+        args: []                     # extra argv templates
+        env: {}                      # NAME -> template (not secret; e.g. ANTHROPIC_BASE_URL)
+        env_from: [ANTHROPIC_API_KEY]   # secrets, as for command agents; env_file: too
+        prompt: null                 # overrides defaults.prompt; given on stdin
+        completion_grace_s: 30       # kill the CLI this long after it reported completion
+      codex:
+        kind: codex                  # Codex: codex exec --json ... - (prompt on stdin)
+        executable: codex
+        model: null                  # -m; Codex reports no model: this one is priced
+        sandbox: none                # none (resenv's sandbox only) | read-only | workspace-write
+                                     #   | danger-full-access
+        config: {}                   # dotted key -> scalar, passed as -c key=value (TOML), e.g.
+                                     #   model_providers.local.base_url: http://127.0.0.1:8000/v1
+        args: [], env: {}, env_from: [OPENAI_API_KEY], env_file: null, prompt: null,
+        completion_grace_s: 30
+      baseline:
+        kind: baseline               # the built-in rule-based agent (no LLM), stdlib-only script
+        offline: false               # true: no package index; reuse what the base interpreter
+                                     #   has and the local wheels (pip find-links) only
+        python: null                 # base interpreter for the venv (default: the engine's own)
+        installer: auto              # auto | uv | pip (auto: uv when on PATH and no pip-only
+                                     #   package source is configured, else pip)
     suites:                          # name -> suite, at least one
       starter:
         description: "..."           # optional
@@ -101,8 +151,8 @@ from .yamlsource import (
 )
 
 __all__ = [
-    "Benchmark", "Budgets", "CommandAgent", "CpuEntrypoint", "Defaults", "Entrypoint",
-    "Entrypoints", "GitSource", "LocalHost", "LocalSource", "MultiGpuEntrypoint", "NotApplicable",
+    "AgentExtras", "BaselineAgent", "Benchmark", "Budgets", "ClaudeCodeAgent", "CodexAgent", "CommandAgent", "CpuEntrypoint", "Defaults", "Entrypoint",
+    "DockerOptions", "Entrypoints", "GitSource", "LocalHost", "SshHost", "LocalSource", "MultiGpuEntrypoint", "NotApplicable",
     "Price", "RepoTask", "Retries", "SingleGpuEntrypoint", "SpecError", "SpecIssue",
     "SpecLookupError", "Suite", "TEMPLATE_FIELDS", "TIERS", "TIER_CODES", "TemplateError",
     "TierTimeouts", "Timeouts", "benchmark_from_snapshot", "format_issues", "load_benchmark",
@@ -296,6 +346,30 @@ Command = Annotated[
 ]
 
 
+# ---- issue 6 (LLM agents): prompt templates and secret names ---------------------------------------
+PROMPT_FIELDS: frozenset[str] = frozenset({"schema"})
+"""Placeholders a prompt may use beyond TEMPLATE_FIELDS: {schema}, the report's fields."""
+
+
+def _check_prompt(template: str) -> str:
+    hint = "write {{ and }} for literal braces"
+    try:
+        found = _placeholders(template)
+    except ValueError as exc:
+        raise ValueError(f"invalid prompt template: {exc} ({hint})") from None
+    allowed = TEMPLATE_FIELDS | PROMPT_FIELDS
+    unknown = sorted({f"{{{name}}}" for name, _, _ in found if name not in allowed})
+    if unknown:
+        names = ", ".join(f"{{{name}}}" for name in sorted(allowed))
+        raise ValueError(f"unknown placeholder {', '.join(unknown)} in prompt; allowed: {names} ({hint})")
+    return template
+
+
+PromptText = Annotated[str, Strict(), AfterValidator(_non_empty), AfterValidator(_check_prompt)]
+EnvName = Annotated[str, Strict(), AfterValidator(_env_name)]
+# ---- end issue 6 ------------------------------------------------------------------------------------
+
+
 # --------------------------------------------------------------------------- base model
 
 
@@ -438,6 +512,7 @@ class Defaults(SpecModel):
     budgets: Budgets = Field(default_factory=Budgets)
     retries: Retries = Field(default_factory=Retries)
     prices: dict[StrictText, Price] = Field(default_factory=dict)
+    prompt: PromptText | None = None  # issue 6: the task prompt (None: engine/agents/prompt.py's)
 
 
 # --------------------------------------------------------------------------- hosts and agents
@@ -449,7 +524,37 @@ def _kind_tag(value: Any) -> str | None:
     return f"kind={kind}" if isinstance(kind, str) else None
 
 
-class LocalHost(SpecModel):
+# ---- issue 7 (docker sandboxes, ssh hosts) ---------------------------------------------------------
+
+
+class DockerOptions(SpecModel):
+    """Limits of a docker sandbox's container (see engine/sandbox/docker.py)."""
+
+    network: Literal["none", "host"] = "none"  # never a bridge
+    cpus: PositiveNumber | None = None  # CPU quota, in CPUs
+    memory_mib: PositiveInt | None = None  # hard memory limit (swap included)
+    pids: PositiveInt = 4096  # pids limit
+    shm_mib: PositiveInt = 2048  # /dev/shm (NCCL needs more than docker's 64 MiB)
+    memlock: int = -1  # RLIMIT_MEMLOCK for NCCL/IB; -1 = unlimited
+    user: Text | None = None  # user[:group] in the container (default: the image's)
+    socket: Text = "/var/run/docker.sock"  # the daemon's socket on an ssh host (local: $DOCKER_HOST or this)
+
+
+class _SandboxChoice(SpecModel):
+    """`sandbox: process | docker`; docker needs `image:` (built or loaded on the host, never pulled)."""
+
+    sandbox: Literal["process", "docker"] = "process"
+    image: Text | None = None
+    docker: DockerOptions = Field(default_factory=DockerOptions)
+
+    @classmethod
+    def _rules(cls, data: dict[Any, Any], context: Any) -> list[_Problem]:
+        if data.get("sandbox") == "docker" and not data.get("image"):
+            return [_Problem(("image",), "sandbox: docker needs `image:` (an image present on the host)")]
+        return []
+
+
+class LocalHost(_SandboxChoice):
     """This machine."""
 
     kind: Literal["local"]
@@ -457,11 +562,30 @@ class LocalHost(SpecModel):
     gpus: GpuSelection = "auto"
 
 
+class SshHost(_SandboxChoice):
+    """A machine reached over SSH (public-key auth only; host keys checked against known_hosts)."""
+
+    kind: Literal["ssh"]
+    address: Text
+    port: Annotated[int, Strict(), AfterValidator(_at_least(1))] = 22
+    user: Text | None = None  # default: the engine's user
+    key: Text | None = None  # private key file (default: ~/.ssh/id_* and the ssh agent)
+    known_hosts: Text | None = None  # default: ~/.ssh/known_hosts
+    strict_host_keys: bool = True  # false: accept any host key (test rigs only)
+    slots: PositiveInt = 2
+    gpus: GpuSelection = "auto"
+    keepalive_s: Seconds = 10.0  # a silent host is dead after keepalive_s * keepalive_count
+    keepalive_count: PositiveInt = 3
+    connect_timeout_s: Seconds = 15.0
+    max_sessions: PositiveInt = 10  # the server's MaxSessions (OpenSSH default 10)
+
+
 Host = Annotated[
-    Union[Annotated[LocalHost, Tag("kind=local")]],
+    Union[Annotated[LocalHost, Tag("kind=local")], Annotated[SshHost, Tag("kind=ssh")]],
     Discriminator(_kind_tag, custom_error_type="unknown_kind",
-                  custom_error_message="known host kinds: local"),
+                  custom_error_message="known host kinds: local, ssh"),
 ]
+# ---- end issue 7 ------------------------------------------------------------------------------------
 
 
 class Runnable(SpecModel):
@@ -481,17 +605,94 @@ class Runnable(SpecModel):
         return {name: render(value, values) for name, value in self.env.items()}
 
 
-class CommandAgent(Runnable):
+# ---- issue 6 (LLM agents): secrets, prompt, claude-code and codex ----------------------------------
+
+
+class AgentExtras(SpecModel):
+    """Secrets (passed to the agent process only, redacted from everything stored) and the prompt."""
+
+    env_from: tuple[EnvName, ...] = ()
+    env_file: Text | None = None
+    prompt: PromptText | None = None
+
+    @field_validator("env_file")
+    @classmethod
+    def _env_file(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Kept absolute (a snapshot must not depend on the cwd); must exist when loaded."""
+        if value is None:
+            return value
+        context = info.context or {}
+        base_dir = context.get("base_dir")
+        where = Path(value) if base_dir is None else Path(base_dir) / value
+        if base_dir is not None and context.get("check_paths", True) and not where.is_file():
+            raise ValueError(f"env_file {value!r} is not a file (looked at {where})")
+        return str(where.absolute()) if base_dir is not None else value
+
+
+class CliAgentSpec(AgentExtras):
+    """What the coding-agent CLIs share (see engine/agents/claude_code.py and codex.py)."""
+
+    executable: Text
+    model: Text | None = None
+    args: tuple[TemplateText, ...] = ()
+    env: Env = Field(default_factory=dict)
+    completion_grace_s: Seconds = 30.0
+
+    def render_env(self, values: Mapping[str, str]) -> dict[str, str]:
+        return {name: render(value, values) for name, value in self.env.items()}
+
+
+class ClaudeCodeAgent(CliAgentSpec):
+    """Claude Code in print mode (`claude -p --output-format stream-json --verbose`)."""
+
+    kind: Literal["claude-code"]
+    executable: Text = "claude"
+    permission_mode: Literal["bypassPermissions", "acceptEdits", "default", "dontAsk", "plan"] = "bypassPermissions"
+    max_turns: PositiveInt | None = None
+
+
+CodexConfigValue = Union[TemplateText, Annotated[bool, Strict()], Annotated[int, Strict()], Annotated[float, Strict()]]
+
+
+class CodexAgent(CliAgentSpec):
+    """OpenAI Codex in exec mode (`codex exec --json -`); `config` entries become `-c key=value`."""
+
+    kind: Literal["codex"]
+    executable: Text = "codex"
+    sandbox: Literal["none", "read-only", "workspace-write", "danger-full-access"] = "none"
+    config: dict[StrictText, CodexConfigValue] = Field(default_factory=dict)
+
+
+# ---- end issue 6 ------------------------------------------------------------------------------------
+
+
+class CommandAgent(Runnable, AgentExtras):
     """Any CLI: runs `command` in the job's work dir, then reads the report it wrote."""
 
     kind: Literal["command"]
     output: Literal["text", "jsonl"] = "text"
 
 
+class BaselineAgent(SpecModel):
+    """The built-in rule-based baseline (no LLM): `engine/agents/baseline_agent.py` reads the repo's
+    dependency metadata statically, builds a venv in {env}, installs, scans imports for what is
+    still missing, verifies with the new interpreter and reports only what it measured."""
+
+    kind: Literal["baseline"]
+    offline: Annotated[bool, Strict()] = False
+    python: Text | None = None
+    installer: Literal["auto", "uv", "pip"] = "auto"
+
+
 Agent = Annotated[
-    Union[Annotated[CommandAgent, Tag("kind=command")]],
+    Union[
+        Annotated[CommandAgent, Tag("kind=command")],
+        Annotated[BaselineAgent, Tag("kind=baseline")],
+        Annotated[ClaudeCodeAgent, Tag("kind=claude-code")],  # issue 6
+        Annotated[CodexAgent, Tag("kind=codex")],  # issue 6
+    ],
     Discriminator(_kind_tag, custom_error_type="unknown_kind",
-                  custom_error_message="known agent kinds: command"),
+                  custom_error_message="known agent kinds: command, baseline, claude-code, codex"),
 ]
 
 
@@ -763,11 +964,11 @@ class Benchmark(SpecModel):
         """The named suite (default: defaults.suite)."""
         return self._lookup("suite", self.suites, name or self.defaults.suite)
 
-    def agent(self, name: str | None = None) -> CommandAgent:
+    def agent(self, name: str | None = None) -> CommandAgent | BaselineAgent | ClaudeCodeAgent | CodexAgent:
         """The named agent (default: defaults.agent)."""
         return self._lookup("agent", self.agents, name or self.defaults.agent)
 
-    def host(self, name: str | None = None) -> LocalHost:
+    def host(self, name: str | None = None) -> LocalHost | SshHost:
         """The named host (default: defaults.host)."""
         return self._lookup("host", self.hosts, name or self.defaults.host)
 

@@ -31,6 +31,12 @@ def job_rows(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
             (run_id,),
         )
     }
+    spend = {  # issue 6: tokens and dollars of every attempt of each job
+        row["job_id"]: row for row in reader.rows(
+            "SELECT job_id, SUM(input_tokens + cached_input_tokens + cache_write_tokens + output_tokens) AS tokens,"
+            " SUM(cost_usd) AS cost, COUNT(cost_usd) AS priced, COUNT(*) AS n FROM usage WHERE run_id = ?"
+            " GROUP BY job_id", (run_id,))
+    }
     rows = []
     for job in reader.jobs(run_id):
         where = job["host"] or "—"
@@ -43,6 +49,7 @@ def job_rows(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
             "tiers": tiers.get(job["id"], {}),
             "agent_seconds": f"{seconds:.1f}" if seconds is not None else "—",
             "elapsed": _elapsed(job),
+            **_spend(spend.get(job["id"])),
         })
     return rows
 
@@ -52,3 +59,20 @@ def _elapsed(job: dict[str, Any]) -> str:
         return "—"
     end = job["finished_at"] or time.time()
     return f"{end - job['started_at']:.1f}s"
+
+
+def _spend(row: dict[str, Any] | None) -> dict[str, Any]:
+    """Tokens and cost of a job for tables ("—" when unknown; "≥" when some model had no price)."""
+    if row is None:
+        return {"tokens": None, "cost_usd": None, "tokens_text": "—", "cost_text": "—"}
+    cost = row["cost"]
+    partial = row["priced"] < row["n"]
+    cost_text = "—" if cost is None else f"{'≥' if partial else ''}${cost:.4f}"
+    return {"tokens": row["tokens"], "cost_usd": cost, "tokens_text": _count(row["tokens"] or 0), "cost_text": cost_text}
+
+
+def _count(n: int) -> str:
+    for unit, size in (("M", 1_000_000), ("k", 1_000)):
+        if n >= size:
+            return f"{n / size:.1f}{unit}"
+    return str(n)

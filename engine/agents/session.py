@@ -1,0 +1,341 @@
+"""One attempt's agent phase: version, prompt, secrets, live usage and cost, budgets, completion.
+
+The lifecycle's agent phase builds an `AgentSession` and uses it around its one `run_command`:
+
+1. `prepare()` records the CLI's ``--version`` (event ``agent_version``) and the task prompt
+   (event ``agent_prompt``), checks the agent's secrets loaded (else the attempt fails as
+   ``infra``: a configuration problem, not the agent's), refuses to start when the run's dollar
+   budget is already spent, and returns the command with the secrets in its environment (they go
+   to the agent process only: probes never get them).
+2. `parse(line)` is the exec's line parser: it gives truncated lines back their full text from the
+   raw log (the sandbox hands ``on_line`` at most 16 KiB of a line; the file has every byte), runs
+   the adapter's stateless parser, and watches the events: per-message and cumulative usage go to
+   a `UsageLedger`; the totals are kept in the `usage` table (one row per attempt and model, kept
+   current) and announced as ``usage`` events at most every `USAGE_EVERY_S` s; budgets
+   (``tokens``, ``dollars`` per job, ``run_dollars`` per run) are checked on every change (for an
+   adapter with ``live_usage_dir`` — Codex — also on the running totals of the CLI's own session
+   log, tailed every `LIVE_USAGE_POLL_S` s, since its stream has usage only at the end) and a
+   breach stops the agent (the sandbox exec is killed; event ``budget``; the attempt's reason is
+   ``budget:tokens`` / ``budget:dollars`` / ``budget:run_dollars``); a ``completion`` event starts a
+   grace period after which a lingering process is killed (event ``agent_hung``).
+3. `finish(result)` writes the final usage, marks a transcript without a completion as incomplete
+   (an ``error`` event, category ``incomplete``), masks the agent's secrets in every file it
+   created or changed in the work dir, and returns the fields of ``agent_finished``.
+
+The probes run afterwards on whatever the agent left, whether it finished, was stopped or hung.
+
+Optional adapter attributes the session uses (beyond the `AgentAdapter` protocol's ``command`` and
+``parse``; an adapter without them works as before): ``uses_prompt`` (the task prompt is rendered,
+recorded and passed as ``command(paths, prompt=...)``), ``secrets`` (`secrets.AgentSecrets`),
+``model`` (the model to price when the stream names none), ``version_argv()``,
+``completion_grace_s`` (a stream that must end with a completion; lingering after it is killed),
+``live_usage_dir(paths, home)`` + ``parse_rollout_line(text)`` (a side log with running usage).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..sandbox.base import ExecResult, OutputLine
+from ..secrets import registry
+from .base import AgentCommand
+from .prompt import prompt_event, render_prompt
+from .transcript import unknown
+from .usage import Usage, UsageLedger, run_spend, usage_row_sql
+
+if TYPE_CHECKING:
+    from ..lifecycle import JobAttempt
+
+USAGE_EVERY_S = 0.5
+LIVE_USAGE_POLL_S = 0.5
+VERSION_TIMEOUT_S = 60.0
+FULL_LINE_MAX = 64 << 20  # a longer line is parsed from its first 16 KiB only
+
+
+class AgentSession:
+    def __init__(self, attempt: JobAttempt, adapter: Any) -> None:
+        self.attempt = attempt
+        self.adapter = adapter
+        self.sink = attempt.sink
+        bench = attempt.ctx.bench
+        self.agent_spec = bench.agent(attempt.job["agent"])
+        self.defaults = bench.defaults
+        self.budgets = bench.defaults.budgets
+        self.ledger = UsageLedger(default_model=getattr(adapter, "model", None), prices=bench.defaults.prices)
+        self.run = run_spend(attempt.ctx.run_id, getattr(attempt.ctx.writer, "path", None))
+        self.stdout_path = attempt.base / "logs" / f"{getattr(attempt, 'log_prefix', '')}agent.stdout"
+        self.completion: dict[str, Any] | None = None
+        self.stop_reason: str | None = None
+        self.killed_after_completion = False
+        self.started_at: float | None = None
+        self.finished = False
+        self._offset = 0  # byte offset of the next stdout line in the raw file
+        self._grace: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._last_flush = 0.0
+        self._flushed_version = -1
+        self._checked_version = -1
+        self._pending_flush: asyncio.TimerHandle | None = None
+        self._watcher: asyncio.Task | None = None
+        self._warned: set[str] = set()
+
+    # -- before ---------------------------------------------------------------------------------
+    async def prepare(self) -> AgentCommand | None:
+        """The command to run, or None when the agent must not start (run budget spent)."""
+        await self._record_version()
+        paths = self.attempt.paths
+        prompt = None
+        if getattr(self.adapter, "uses_prompt", False):
+            template, where = getattr(self.agent_spec, "prompt", None), "agent"
+            if template is None:
+                template, where = getattr(self.defaults, "prompt", None), "defaults"
+            prompt, source = render_prompt(template, paths.template_values())
+            self.sink.emit("agent_prompt", prompt_event(prompt, source, where if template is not None else None))
+        secrets = getattr(self.adapter, "secrets", None)
+        if secrets is not None and secrets.problems:
+            from ..lifecycle import AttemptError  # (lifecycle imports this module's package)
+
+            message = f"agent {self.attempt.job['agent']!r}: secrets missing: " + "; ".join(secrets.problems)
+            self.sink.emit("error", {"category": "secrets", "message": message})
+            raise AttemptError(message, "infra")
+        limit = self.budgets.run_dollars
+        if limit is not None and self.run.total >= limit:
+            self.stop_reason = "budget:run_dollars"
+            self.sink.emit("budget", {"name": self.stop_reason, "limit": limit, "used": round(self.run.total, 6),
+                                      "when": "before start"})
+            return None
+        if prompt is not None and "prompt" in inspect.signature(self.adapter.command).parameters:
+            command = self.adapter.command(paths, prompt=prompt)
+        else:
+            command = self.adapter.command(paths)
+        env = dict(command.env)
+        if secrets is not None:
+            env.update(secrets.env)
+        self.run.sessions.add(self)
+        self.run.live.setdefault(self.attempt.attempt_id, 0.0)
+        self.started_at = time.time()
+        live_dir = getattr(self.adapter, "live_usage_dir", None)
+        home = getattr(self.attempt.sandbox, "home", None)
+        if live_dir is not None and home is not None:
+            self._watcher = asyncio.get_running_loop().create_task(self._watch_usage(live_dir(paths, Path(home))))
+        return AgentCommand(argv=command.argv, env=env, stdin=command.stdin)
+
+    async def _watch_usage(self, directory: Path) -> None:
+        """Tail the agent's own session log for running usage totals (see codex.py)."""
+        path: Path | None = None
+        offset = 0
+        pending = b""
+        while True:
+            try:
+                if path is None:
+                    path = _newest_log(directory, (self.started_at or 0) - 1)
+                if path is not None:
+                    with open(path, "rb") as handle:
+                        handle.seek(offset)
+                        data = handle.read(1 << 22)
+                    offset += len(data)
+                    pending += data
+                    *complete, pending = pending.split(b"\n")
+                    for raw in complete:
+                        event = self.adapter.parse_rollout_line(raw.decode("utf-8", errors="replace"))
+                        if event is not None and self.completion is None:
+                            self.ledger.observe(event)
+                    self._after_change()
+                    if len(data) == 1 << 22:
+                        continue
+            except Exception:  # best-effort: the CLI's own log may vanish or change shape
+                pass
+            await asyncio.sleep(LIVE_USAGE_POLL_S)
+
+    async def _record_version(self) -> None:
+        version_argv = getattr(self.adapter, "version_argv", None)
+        if version_argv is None:
+            return
+        argv = version_argv()
+        try:
+            result = await self.attempt.run_command("version", argv, timeout=VERSION_TIMEOUT_S, log_name="version")
+            text = result.stdout_path.read_text(errors="replace").strip() if result.stdout_path.exists() else ""
+            if not text and result.stderr_path.exists():
+                text = result.stderr_path.read_text(errors="replace").strip()
+            self.sink.emit("agent_version", {"agent": self.attempt.job["agent"], "kind": getattr(self.adapter, "kind", None),
+                                             "argv": argv, "version": text.splitlines()[0][:200] if result.ok and text else None,
+                                             "returncode": result.returncode,
+                                             "error": None if result.ok else text[-500:]})
+        except Exception as error:  # the version is informative only: never fail the job on it
+            self.sink.emit("agent_version", {"agent": self.attempt.job["agent"], "argv": argv, "version": None,
+                                             "error": f"{type(error).__name__}: {error}"})
+
+    # -- during ---------------------------------------------------------------------------------
+    def parse(self, line: OutputLine) -> list[dict[str, Any]]:
+        """The exec's on_line parser: never raises (a raising on_line would kill the agent)."""
+        try:
+            if line.stream == "stdout":
+                line = self._full_line(line)
+            events = self.adapter.parse(line)
+        except Exception as error:
+            return [unknown(line.text, f"parser error: {type(error).__name__}: {error}")]
+        for event in events:
+            try:
+                self._observe(event)
+            except Exception as error:  # accounting must never break the transcript
+                event.setdefault("accounting_error", f"{type(error).__name__}: {error}")
+        self._after_change()
+        return events
+
+    def _full_line(self, line: OutputLine) -> OutputLine:
+        """Give a line cut by the sandbox its whole text back from the raw stdout file."""
+        start = self._offset
+        self._offset += line.nbytes + 1
+        if not line.truncated:
+            return line
+        if line.nbytes > FULL_LINE_MAX:
+            return line
+        try:
+            with open(self.stdout_path, "rb") as handle:
+                handle.seek(start)
+                data = handle.read(line.nbytes + 2)
+        except OSError:
+            return line
+        if data[line.nbytes:line.nbytes + 2] == b"\r\n":
+            self._offset += 1
+        elif data[line.nbytes:line.nbytes + 1] not in (b"\n", b""):
+            return line  # out of step (a CR-terminated line before?): keep the cut text
+        text = data[:line.nbytes].decode("utf-8", errors="replace")
+        return OutputLine(line.stream, line.line_no, text, line.nbytes, False)
+
+    def _observe(self, event: dict[str, Any]) -> None:
+        if self.ledger.observe(event) and self.completion is None:
+            self.completion = event
+            grace = getattr(self.adapter, "completion_grace_s", None)
+            if grace is not None and self._grace is None and not self.finished:
+                self._grace = asyncio.get_running_loop().call_later(grace, self._grace_expired, grace)
+
+    def _grace_expired(self, grace: float) -> None:
+        if self.finished:
+            return
+        self.killed_after_completion = True
+        self.sink.emit("agent_hung", {"grace_s": grace, "message": f"the agent was still running {grace:g} s after "
+                                      "it reported completion; killed"})
+        self._kill()
+
+    def _after_change(self) -> None:
+        if self.ledger.version in (self._flushed_version, self._checked_version):
+            return
+        self._checked_version = self.ledger.version
+        tokens, cost = self.ledger.summary()
+        self.run.live[self.attempt.attempt_id] = cost
+        self._check_budgets(tokens, cost)
+        wait = USAGE_EVERY_S - (time.monotonic() - self._last_flush)
+        if wait <= 0:
+            self._flush(self.ledger.totals())
+        elif self._pending_flush is None and not self.finished:
+            self._pending_flush = asyncio.get_running_loop().call_later(wait, self._deferred_flush)
+
+    def _deferred_flush(self) -> None:
+        self._pending_flush = None
+        if not self.finished and self.ledger.version != self._flushed_version:
+            self._flush(self.ledger.totals())
+
+    def _flush(self, totals: dict[str, Any]) -> None:
+        self._last_flush = time.monotonic()
+        self._flushed_version = self.ledger.version
+        writer = self.attempt.ctx.writer
+        for spend in self.ledger.by_model().values():
+            for sql, params in usage_row_sql(self.attempt.ctx.run_id, self.attempt.job["id"], self.attempt.attempt_id, spend):
+                writer.execute(sql, params)
+        usage: Usage = totals["usage"]
+        self.sink.emit("usage", {"scope": "attempt", **usage.as_dict(), "tokens": totals["tokens"],
+                                 "cost_usd": round(totals["cost_usd"], 6), "models": totals["models"],
+                                 "run_cost_usd": round(self.run.total, 6)})
+        for model in totals["unpriced"]:
+            key = str(model)
+            if key not in self._warned:
+                self._warned.add(key)
+                self.sink.emit("warning", {"message": f"no price for model {model!r} in defaults.prices and no "
+                                           "cost reported by the agent: its cost is unknown (counted as 0 "
+                                           "for dollar budgets)", "model": model})
+
+    # -- budgets --------------------------------------------------------------------------------
+    def _check_budgets(self, tokens: int, cost: float) -> None:
+        if self.stop_reason or self.finished:
+            return
+        budgets = self.budgets
+        if budgets.tokens is not None and tokens > budgets.tokens:
+            self.stop("budget:tokens", budgets.tokens, tokens)
+        elif budgets.dollars is not None and cost > budgets.dollars:
+            self.stop("budget:dollars", budgets.dollars, round(cost, 6))
+        elif budgets.run_dollars is not None and self.run.total > budgets.run_dollars:
+            used = round(self.run.total, 6)
+            for session in list(self.run.sessions):
+                session.stop("budget:run_dollars", budgets.run_dollars, used)
+
+    def stop(self, reason: str, limit: float, used: float) -> None:
+        """Stop the agent for a breached budget (once); the probes still run afterwards."""
+        if self.stop_reason or self.finished:
+            return
+        self.stop_reason = reason
+        self.sink.emit("budget", {"name": reason, "limit": limit, "used": used})
+        self._kill()
+
+    def _kill(self) -> None:
+        sandbox = self.attempt.sandbox
+        if sandbox is None:
+            return
+        task = asyncio.get_running_loop().create_task(sandbox.kill())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- after ----------------------------------------------------------------------------------
+    async def finish(self, result: ExecResult) -> dict[str, Any]:
+        self.finished = True
+        for handle in (self._grace, self._pending_flush, self._watcher):
+            if handle is not None:
+                handle.cancel()
+        self.run.sessions.discard(self)
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        totals = self.ledger.totals()
+        self.run.live[self.attempt.attempt_id] = totals["cost_usd"]
+        if self.ledger.version != self._flushed_version:
+            self._flush(totals)
+        if result.timed_out and not self.stop_reason:
+            wall = self.budgets.wall_clock_s
+            agent_timeout = self.attempt.timeouts.agent
+            self.stop_reason = "budget:wall_clock" if wall is not None and wall < agent_timeout else "timeout:agent"
+        if self.completion is None and self.stop_reason is None and getattr(self.adapter, "completion_grace_s", None) is not None:
+            self.sink.emit("error", {"category": "incomplete", "message": "the agent exited without reporting "
+                                     f"completion (exit status {result.returncode}); its transcript is incomplete"})
+        if self.started_at is not None and registry():
+            changed = await asyncio.to_thread(registry().scrub_tree, self.attempt.paths.workdir, self.started_at - 1)
+            if changed:
+                self.sink.emit("redacted", {"files": len(changed), "paths": [str(p) for p in changed[:20]]})
+        completion = self.completion or {}
+        return {
+            "completed": self.completion is not None,
+            "completion_status": completion.get("status"),
+            "completion_subtype": completion.get("subtype"),
+            "stop_reason": self.stop_reason,
+            "killed_after_completion": self.killed_after_completion,
+            "tokens": totals["tokens"],
+            "cost_usd": round(totals["cost_usd"], 6),
+        }
+
+
+
+def _newest_log(directory: Path, since: float) -> Path | None:
+    """The newest ``rollout-*.jsonl`` under `directory` modified at or after `since`."""
+    best: tuple[float, Path] | None = None
+    if not directory.is_dir():
+        return None
+    for path in directory.rglob("rollout-*.jsonl"):
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:
+            continue
+        if mtime >= since and (best is None or mtime > best[0]):
+            best = (mtime, path)
+    return best[1] if best else None

@@ -1,0 +1,384 @@
+"""Secrets for agents (API keys, endpoints) and their redaction from everything resenv stores.
+
+Where secrets come from (per agent in benchmark.yaml): ``env_from: [ANTHROPIC_API_KEY, ...]`` names
+variables of the engine's own environment, ``env_file: path`` names a dotenv-style file
+(``NAME=value`` lines, ``export`` prefixes, quotes and ``#`` comments allowed). Every value from
+either source is a secret: it is passed to the agent process only (never to probes, never into a
+template, never into the run's spec snapshot, which holds names and paths only) and redacted by
+value wherever resenv stores text. Put settings that are not secret in the agent's ``env:``.
+
+Redaction is by value, for values of at least `MIN_SECRET_CHARS` characters (shorter ones would
+mangle ordinary text), and also catches a value's JSON-escaped and URL-quoted spellings. It covers:
+
+* every event before it is queued for the store (`redact_obj`, called by the lifecycle's
+  `EventSink`), which includes transcript lines, log excerpts' sources and replayed lines after a
+  crash — the process-wide registry (`register`) is filled when agent adapters are built, before any
+  replay;
+* the raw log files of every command that ran after an agent started, rewritten when the command
+  exits and before their excerpts are indexed (`redact_file`, marker ``[REDACTED:NAME]``);
+* every file the agent created or changed in its work dir (its report, its HOME, the env it built),
+  masked in place with a same-length mask so binaries stay valid (`scrub_tree`), right after the
+  agent exits and before any probe reads the report.
+
+The only window: while an agent runs, its raw log file holds what it printed; an engine killed in
+that window leaves the file unredacted until the attempt's work dir is scrubbed by hand
+(`resenv`'s resume replays it into the store redacted). A sandbox-level streaming filter would close
+it (see `StreamRedactor`, ready for such a hook).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import urllib.parse
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MIN_SECRET_CHARS = 8
+CHUNK = 1 << 20
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# --------------------------------------------------------------------------------------------------
+# loading
+
+
+@dataclass
+class AgentSecrets:
+    """What one agent gets: `env` for its process; `problems` say what could not be loaded."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+def parse_env_file(text: str) -> tuple[dict[str, str], list[str]]:
+    """A dotenv-style file -> (values, problems). Values are taken literally (no interpolation)."""
+    values: dict[str, str] = {}
+    problems: list[str] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        name, sep, value = line.partition("=")
+        name = name.strip()
+        if not sep or not _ENV_NAME.match(name):
+            problems.append(f"line {number}: expected NAME=value")
+            continue
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+            if raw.strip().split("=", 1)[1].strip().startswith('"'):
+                value = value.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
+        elif " #" in value:
+            value = value.split(" #", 1)[0].rstrip()
+        values[name] = value
+    return values, problems
+
+
+def load_secrets(env_from: Iterable[str] = (), env_file: str | os.PathLike[str] | None = None,
+                 environ: Mapping[str, str] | None = None) -> AgentSecrets:
+    """Read an agent's secrets from the engine's environment and its env file."""
+    environ = os.environ if environ is None else environ
+    out = AgentSecrets()
+    if env_file is not None:
+        path = Path(env_file)
+        try:
+            values, problems = parse_env_file(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError) as error:
+            out.problems.append(f"env_file {path}: {getattr(error, 'strerror', None) or error}")
+        else:
+            out.env.update(values)
+            out.problems += [f"env_file {path}: {problem}" for problem in problems]
+    for name in env_from:
+        value = environ.get(name)
+        if value is None or value == "":
+            out.problems.append(f"env_from {name}: not set in the engine's environment")
+        else:
+            out.env[name] = value
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# redaction
+
+
+def _variants(value: str) -> set[str]:
+    found = {value, json.dumps(value, ensure_ascii=False)[1:-1], json.dumps(value)[1:-1],
+             urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value, safe="")}
+    return {variant for variant in found if len(variant) >= MIN_SECRET_CHARS}
+
+
+class Redactor:
+    """Replaces known secret values in text, bytes, JSON-like objects and files."""
+
+    def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
+        self.names: dict[str, str] = {}  # variant -> the name it came from
+        if secrets:
+            self.add(secrets)
+
+    def add(self, secrets: Mapping[str, str]) -> None:
+        for name, value in secrets.items():
+            if isinstance(value, str) and len(value) >= MIN_SECRET_CHARS:
+                for variant in _variants(value):
+                    self.names.setdefault(variant, name)
+        self._compile()
+
+    def _compile(self) -> None:
+        ordered = sorted(self.names, key=len, reverse=True)  # longest first: no partial leftovers
+        self._text = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        self._bytes_variants = [variant.encode() for variant in ordered]
+        self._bytes = re.compile(b"|".join(map(re.escape, self._bytes_variants))) if ordered else None
+        self._bytes_names = {variant.encode(): name for variant, name in self.names.items()}
+        self.longest = max((len(v) for v in self._bytes_variants), default=0)
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+    # -- text ----------------------------------------------------------------------------------
+    def marker(self, name: str, original: str) -> str:
+        return f"[REDACTED:{name}]" + "\n" * original.count("\n")
+
+    def redact_text(self, text: str) -> str:
+        if self._text is None or not text:
+            return text
+        return self._text.sub(lambda m: self.marker(self.names[m.group(0)], m.group(0)), text)
+
+    def redact_obj(self, obj: Any) -> Any:
+        """A copy of a JSON-like value with every string (keys included) redacted; unchanged objects
+        are returned as they are."""
+        if self._text is None:
+            return obj
+        if isinstance(obj, str):
+            return self.redact_text(obj) if self._text.search(obj) else obj
+        if isinstance(obj, dict):
+            changed = False
+            out = {}
+            for key, value in obj.items():
+                new_key = self.redact_obj(key) if isinstance(key, str) else key
+                new_value = self.redact_obj(value)
+                changed = changed or new_key is not key or new_value is not value
+                out[new_key] = new_value
+            return out if changed else obj
+        if isinstance(obj, (list, tuple)):
+            items = [self.redact_obj(item) for item in obj]
+            if any(new is not old for new, old in zip(items, obj)):
+                return type(obj)(items) if isinstance(obj, tuple) else items
+            return obj
+        return obj
+
+    # -- bytes ---------------------------------------------------------------------------------
+    def _mask(self, match: bytes, same_length: bool) -> bytes:
+        if same_length:
+            mask = bytearray((b"REDACTED" + b"*" * len(match))[: len(match)])
+            for index, byte in enumerate(match):
+                if byte == 0x0A:
+                    mask[index] = 0x0A
+            return bytes(mask)
+        return self.marker(self._bytes_names[match], match.decode(errors="replace")).encode()
+
+    def contains(self, data: bytes) -> bool:
+        return any(variant in data for variant in self._bytes_variants)
+
+    def redact_bytes(self, data: bytes, *, same_length: bool = False) -> bytes:
+        if self._bytes is None or not self.contains(data):
+            return data
+        return self._bytes.sub(lambda m: self._mask(m.group(0), same_length), data)
+
+    def stream(self, *, same_length: bool = False) -> StreamRedactor:
+        return StreamRedactor(self, same_length)
+
+    # -- files ---------------------------------------------------------------------------------
+    def file_contains(self, path: Path) -> bool:
+        if not self:
+            return False
+        overlap = self.longest - 1
+        tail = b""
+        with open(path, "rb") as handle:
+            while chunk := handle.read(CHUNK):
+                if self.contains(tail + chunk):
+                    return True
+                tail = (tail + chunk)[-overlap:] if overlap else b""
+        return False
+
+    def redact_file(self, path: Path) -> bool:
+        """Rewrite a log file with markers where secrets were; True if it changed."""
+        path = Path(path)
+        if not self or not path.is_file() or not self.file_contains(path):
+            return False
+        stream = self.stream()
+        fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".redacting")
+        try:
+            with os.fdopen(fd, "wb") as out, open(path, "rb") as src:
+                while chunk := src.read(CHUNK):
+                    out.write(stream.feed(chunk))
+                out.write(stream.flush())
+            os.chmod(temp, path.stat().st_mode & 0o7777)
+            os.replace(temp, path)
+        except BaseException:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
+            raise
+        return True
+
+    def mask_file_in_place(self, path: Path) -> bool:
+        """Overwrite each secret in a file with a same-length mask (binaries stay valid)."""
+        if not self or not self.file_contains(path):
+            return False
+        offsets: list[tuple[int, bytes]] = []
+        overlap = self.longest - 1
+        with open(path, "rb") as handle:
+            base = 0  # file offset of buf[0]
+            buf = b""
+            while True:
+                chunk = handle.read(CHUNK)
+                buf += chunk
+                final = not chunk
+                limit = len(buf) if final else max(0, len(buf) - overlap)
+                pos = 0
+                assert self._bytes is not None
+                for match in self._bytes.finditer(buf):
+                    if match.start() >= limit:
+                        break
+                    offsets.append((base + match.start(), self._mask(match.group(0), True)))
+                    pos = match.end()
+                cut = max(pos, limit)
+                base += cut
+                buf = buf[cut:]
+                if final:
+                    break
+        with open(path, "r+b") as handle:
+            for offset, mask in offsets:
+                handle.seek(offset)
+                handle.write(mask)
+        return bool(offsets)
+
+    def scrub_tree(self, root: Path, since: float | None = None) -> list[Path]:
+        """Mask secrets in every regular file under `root` changed at or after `since` (ctime).
+
+        Symlinks are never followed. Returns the files that held a secret."""
+        changed: list[Path] = []
+        if not self:
+            return changed
+        for directory, dirs, files in os.walk(root, followlinks=False):
+            for name in files:
+                path = Path(directory) / name
+                try:
+                    st = path.lstat()
+                except OSError:
+                    continue
+                if not _is_regular(st.st_mode) or (since is not None and st.st_ctime < since and st.st_mtime < since):
+                    continue
+                try:
+                    if self.mask_file_in_place(path):
+                        changed.append(path)
+                except OSError:
+                    continue
+        return changed
+
+
+def _is_regular(mode: int) -> bool:
+    import stat
+    return stat.S_ISREG(mode)
+
+
+class StreamRedactor:
+    """Redacts a byte stream fed in chunks of any size: a secret split across chunks is still
+    caught, at the cost of holding back the last ``longest - 1`` bytes until more arrive."""
+
+    def __init__(self, redactor: Redactor, same_length: bool = False) -> None:
+        self.redactor = redactor
+        self.same_length = same_length
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        return self._scan(self._held + chunk, final=False)
+
+    def flush(self) -> bytes:
+        return self._scan(self._held, final=True)
+
+    def _scan(self, buf: bytes, final: bool) -> bytes:
+        pattern = self.redactor._bytes
+        if pattern is None:
+            self._held = b""
+            return buf
+        limit = len(buf) if final else max(0, len(buf) - (self.redactor.longest - 1))
+        out = bytearray()
+        pos = 0
+        for match in pattern.finditer(buf):
+            if match.start() >= limit:
+                break
+            out += buf[pos:match.start()]
+            out += self.redactor._mask(match.group(0), self.same_length)
+            pos = match.end()
+        cut = max(pos, limit)
+        out += buf[pos:cut]
+        self._held = buf[cut:]
+        return bytes(out)
+
+
+# --------------------------------------------------------------------------------------------------
+# the process-wide registry: every secret any agent of this engine may see
+
+
+_REGISTRY = Redactor()
+
+
+def register(secrets: Mapping[str, str]) -> None:
+    """Make these values redacted from everything this process stores from now on."""
+    _REGISTRY.add(secrets)
+
+
+def registry() -> Redactor:
+    return _REGISTRY
+
+
+def redact_obj(obj: Any) -> Any:
+    """`Redactor.redact_obj` with every registered secret (a no-op when there is none).
+
+    Fast path: one JSON dump and one search (every variant a value can take inside a JSON string is
+    searched for); the structure is walked only when a secret is in it."""
+    if not _REGISTRY:
+        return obj
+    pattern = _REGISTRY._text
+    try:
+        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
+    except (TypeError, ValueError):
+        return _REGISTRY.redact_obj(obj)
+    if pattern is None or not pattern.search(text):
+        return obj
+    return _REGISTRY.redact_obj(obj)
+
+
+def redact_text(text: str) -> str:
+    return _REGISTRY.redact_text(text) if _REGISTRY else text
+
+
+def redact_files(*paths: Path) -> None:
+    """Rewrite raw log files without the registered secrets (a no-op when there is none)."""
+    if not _REGISTRY:
+        return
+    for path in paths:
+        try:
+            _REGISTRY.redact_file(Path(path))
+        except OSError:
+            pass
+
+
+def reset_registry() -> None:
+    """Forget every registered secret (tests)."""
+    global _REGISTRY
+    _REGISTRY = Redactor()
+
+
+__all__ = [
+    "AgentSecrets", "MIN_SECRET_CHARS", "Redactor", "StreamRedactor", "load_secrets", "parse_env_file",
+    "redact_files", "redact_obj", "redact_text", "register", "registry", "reset_registry",
+]

@@ -1,0 +1,233 @@
+"""The REAL Claude Code and Codex CLIs, end to end through the real engine, against a scripted fake
+of their hosted model APIs on loopback (tests/fakes/scripted_model.py).
+
+The fake answers with real tool calls (create a venv, pip install --no-index, write report.json)
+that the CLIs execute inside resenv's sandbox; then the probes (C0–C4) and the audit (C5) judge
+what they left. One server serves every job of a run: each job's prompt names its own repo path,
+which picks the job's script (tests/fakes/scripts.py).
+
+The CLIs come from the npm registry into `.agents/` (see .ci/run):
+    npm install --prefix .agents @anthropic-ai/claude-code@2.1.332 @openai/codex@0.169.0
+Without them these tests skip, unless RESENV_REQUIRE_AGENT_CLIS=1 (CI), where they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO_ROOT, resenv, write_benchmark
+from ..fakes.scripted_model import Script, ScriptedModel
+from ..fakes.scripts import PLANTED_KEY, REPO_FILES, SCENARIOS
+from .test_agent_session import assert_secret_nowhere, events
+from .test_engine_run import assert_events_complete, db_rows
+
+AGENTS_DIR = Path(os.environ.get("RESENV_AGENT_CLIS", REPO_ROOT / ".agents"))
+CLAUDE = AGENTS_DIR / "node_modules" / ".bin" / "claude"
+CODEX = AGENTS_DIR / "node_modules" / ".bin" / "codex"
+OPENAI_KEY = "sk-proj-PLANTED-OPENAI-TEST-KEY-9876543210zyx"
+
+PRICES = """\
+  prices:
+    claude-sonnet-4-5: {input: 3.0, cached_input: 0.3, cache_write: 3.75, output: 15.0, date: 2025-09-29}
+    gpt-5-codex: {input: 1.25, cached_input: 0.125, cache_write: 0.0, output: 10.0, date: 2025-09-23}
+"""
+
+pytestmark = [pytest.mark.slow]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _clis() -> None:
+    if CLAUDE.exists() and CODEX.exists():
+        return
+    message = f"agent CLIs not installed in {AGENTS_DIR} (npm install --prefix .agents ..., see .ci/run)"
+    if os.environ.get("RESENV_REQUIRE_AGENT_CLIS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def agents_block(url: str, claude_extra: str = "", codex_extra: str = "", claude_env: str = "") -> str:
+    def extra(text: str) -> str:
+        return "".join(f"  {line}\n" for line in text.splitlines() if line.strip())
+
+    return (
+        "a: {kind: command, command: 'true'}\n"
+        "claude:\n"
+        "  kind: claude-code\n"
+        f"  executable: {CLAUDE}\n"
+        "  model: claude-sonnet-4-5\n"
+        f'  env: {{ANTHROPIC_BASE_URL: "{url}"{claude_env}}}\n'
+        "  env_from: [ANTHROPIC_API_KEY]\n"
+        "  completion_grace_s: 30\n"
+        + extra(claude_extra) +
+        "codex:\n"
+        "  kind: codex\n"
+        f"  executable: {CODEX}\n"
+        "  model: gpt-5-codex\n"
+        "  env_from: [OPENAI_API_KEY]\n"
+        "  config:\n"
+        "    model_provider: scripted\n"
+        "    model_providers.scripted.name: scripted\n"
+        f'    model_providers.scripted.base_url: "{url}/v1"\n'
+        "    model_providers.scripted.env_key: OPENAI_API_KEY\n"
+        "    model_providers.scripted.wire_api: responses\n"
+        "    model_providers.scripted.request_max_retries: 2\n"
+        "    model_providers.scripted.stream_max_retries: 2\n"
+        + extra(codex_extra)
+    )
+
+
+def run_scenarios(tmp_path: Path, cli_env: dict, scenarios: list[str], *, claude_extra: str = "",
+                  codex_extra: str = "", claude_env: str = "", defaults: str = PRICES, agents: tuple[str, ...] = ("claude", "codex"),
+                  tiers: str = "all") -> tuple[Path, str, ScriptedModel]:
+    # one route per job, so that each job gets its own scripted failures
+    routes = {f"/jobs/{name}--{agent}/": Script.from_dict(SCENARIOS[name]) for name in scenarios for agent in agents}
+    model = ScriptedModel(Script.from_dict(SCENARIOS["setup"]), routes=routes).start()
+    try:
+        bench = write_benchmark(tmp_path, {name: dict(REPO_FILES) for name in scenarios},
+                                agents_block(model.url, claude_extra, codex_extra, claude_env),
+                                defaults=defaults)
+        env = {**cli_env, "ANTHROPIC_API_KEY": PLANTED_KEY, "OPENAI_API_KEY": OPENAI_KEY}
+        args = ["run", str(bench), "--jobs", "4", "--tiers", tiers]
+        for agent in agents:
+            args += ["--agent", agent]
+        done = resenv(*args, env=env, cwd=tmp_path, timeout=540)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        model.stop()
+    db = Path(cli_env["RESENV_DB"])
+    run_id = db_rows(db, "SELECT id FROM runs ORDER BY created_at DESC LIMIT 1")[0]["id"]
+    return db, run_id, model
+
+
+def tiers_of(db: Path, run_id: str, key: str) -> dict[str, tuple[str, str | None]]:
+    rows = db_rows(db, "SELECT t.tier, t.status, t.category FROM tier_results t JOIN jobs j ON j.id = t.job_id"
+                       " WHERE t.run_id = ? AND j.key = ? ORDER BY t.id", (run_id, key))
+    return {row["tier"]: (row["status"], row["category"]) for row in rows}
+
+
+def usage_of(db: Path, run_id: str, key: str) -> dict:
+    [row] = db_rows(db, "SELECT u.* FROM usage u JOIN jobs j ON j.id = u.job_id WHERE u.run_id = ? AND j.key = ?",
+                    (run_id, key))
+    return row
+
+
+def test_real_clis_build_an_env_that_the_probes_verify(tmp_path, cli_env) -> None:
+    """setup (venv + pip --no-index + report), secret-leak (the planted keys everywhere), big-output
+    (5 MB of tool output, non-UTF-8 bytes) and retry (529s / dropped streams), for both CLIs."""
+    scenarios = ["setup", "secret-leak", "big-output", "retry"]
+    db, run_id, model = run_scenarios(tmp_path, cli_env, scenarios)
+    jobs = {j["key"]: j for j in db_rows(db, "SELECT * FROM jobs WHERE run_id = ?", (run_id,))}
+    assert all(j["state"] == "done" for j in jobs.values()), {k: (j["state"], j["reason"]) for k, j in jobs.items()}
+
+    for agent in ("claude", "codex"):
+        key = f"setup/{agent}"
+        tiers = tiers_of(db, run_id, key)
+        # a stdlib-only repo in a real venv: C0 closure, C1 runs, C5 finds the report honest
+        assert tiers["C0"][0] == "pass" and tiers["C1"][0] == "pass" and tiers["C5"][0] == "pass", tiers
+        assert tiers["C2"][0] == "skip" and tiers["C3"][0] == "skip" and tiers["C4"][0] == "skip"
+        [finished] = events(db, run_id, "agent_finished", key)
+        assert finished["completed"] is True and finished["completion_status"] == "success", finished
+        kinds = [e["type"] for e in events(db, run_id, "transcript", key)]
+        assert kinds.count("tool_call") == 6 and kinds.count("tool_result") == 6 and "unknown" not in kinds
+        results = [e for e in events(db, run_id, "transcript", key) if e["type"] == "tool_result"]
+        assert sorted(r["exit_code"] for r in results) == [0, 0, 0, 0, 0, 3]
+
+    [claude_version] = events(db, run_id, "agent_version", "setup/claude")
+    [codex_version] = events(db, run_id, "agent_version", "setup/codex")
+    assert claude_version["version"] == "2.1.332 (Claude Code)" and codex_version["version"] == "codex-cli 0.169.0"
+    [prompt] = events(db, run_id, "agent_prompt", "setup/claude")
+    assert "report.json" in prompt["text"] and "python_path" in prompt["text"]
+
+    # tokens: the script's per-step usage, summed by the CLIs; priced from defaults.prices
+    claude = usage_of(db, run_id, "setup/claude")
+    assert (claude["model"], claude["input_tokens"], claude["cached_input_tokens"], claude["cache_write_tokens"],
+            claude["output_tokens"]) == ("claude-sonnet-4-5", 1660, 16000, 2220, 530)
+    assert claude["cost_usd"] == pytest.approx((1660 * 3.0 + 16000 * 0.3 + 2220 * 3.75 + 530 * 15.0) / 1e6)
+    codex = usage_of(db, run_id, "setup/codex")
+    assert (codex["model"], codex["input_tokens"], codex["cached_input_tokens"], codex["output_tokens"],
+            codex["reasoning_tokens"]) == ("gpt-5-codex", 1660, 16000, 530, 40)
+    assert codex["cost_usd"] == pytest.approx((1660 * 1.25 + 16000 * 0.125 + 530 * 10.0) / 1e6)
+
+    # transient errors: recorded, not fatal
+    retry_errors = [e for e in events(db, run_id, "transcript", "retry/claude") if e["type"] == "error"]
+    assert [e["status"] for e in retry_errors if e["category"] == "api_retry"] == [529, 529]
+    reconnects = [e for e in events(db, run_id, "transcript", "retry/codex") if e["type"] == "error"
+                  and e["category"] == "reconnect"]
+    assert len(reconnects) == 2
+    assert tiers_of(db, run_id, "retry/codex")["C1"][0] == "pass"
+
+    # 5 MB of output and bytes that are not UTF-8: every line accounted for, nothing unknown
+    for agent in ("claude", "codex"):
+        key = f"big-output/{agent}"
+        transcript = events(db, run_id, "transcript", key)
+        assert "unknown" not in [e["type"] for e in transcript]
+        outputs = [e.get("output", "") for e in transcript if e["type"] == "tool_result"]
+        assert any("\ufffd" in text for text in outputs)
+        assert events(db, run_id, "agent_finished", key)[0]["completed"] is True
+    codex_big = [e for e in events(db, run_id, "transcript", "big-output/codex") if e["type"] == "tool_result"][0]
+    assert codex_big["output_chars"] > 16384  # a line far over the sandbox's cap, parsed whole
+
+    # the planted keys: used by the CLIs (the fake got the requests), echoed by the agent, written
+    # to files and to report.json, yet nowhere in the data dir or the store
+    assert any(r.get("route") == "/jobs/secret-leak--claude/" for r in model.requests)
+    assert any(r.get("route") == "/jobs/secret-leak--codex/" for r in model.requests)
+    said = [e for e in events(db, run_id, "transcript", "secret-leak/claude") if e["type"] == "tool_result"][0]
+    assert "[REDACTED:ANTHROPIC_API_KEY]" in said["output"]
+    for secret in (PLANTED_KEY, OPENAI_KEY):
+        assert_secret_nowhere(secret, Path(cli_env["RESENV_DATA_DIR"]), db)
+    assert tiers_of(db, run_id, "secret-leak/claude")["C5"][0] == "pass"
+
+    assert_events_complete(db, run_id)
+    shown = resenv("show", run_id, env=cli_env, cwd=tmp_path)
+    assert "$0.0" in shown.stdout and "20.4k" in shown.stdout
+    report = resenv("report", run_id, env=cli_env, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+
+
+def test_real_clis_failures_auth_max_turns_permission_denial(tmp_path, cli_env) -> None:
+    claude_extra = "max_turns: 2\npermission_mode: default\n"
+    scenarios = ["auth-failure", "max-turns", "permission-denied"]
+    db, run_id, _ = run_scenarios(tmp_path, cli_env, scenarios, tiers="C1,C5", claude_extra=claude_extra,
+                                  claude_env=', CLAUDE_CODE_MAX_RETRIES: "2"')
+    jobs = {j["key"]: j for j in db_rows(db, "SELECT * FROM jobs WHERE run_id = ?", (run_id,))}
+    assert all(j["state"] == "done" for j in jobs.values())
+
+    auth = events(db, run_id, "transcript", "auth-failure/claude")
+    assert [e["status"] for e in auth if e["type"] == "error"] == [401, 401, 401]
+    assert auth[-1]["type"] == "completion" and auth[-1]["is_error"] is True and auth[-1]["subtype"] == "success"
+    assert tiers_of(db, run_id, "auth-failure/claude")["C1"] == ("fail", "missing_report")
+    codex_auth = events(db, run_id, "transcript", "auth-failure/codex")
+    assert codex_auth[-1]["subtype"] == "turn.failed"
+
+    turns = events(db, run_id, "transcript", "max-turns/claude")
+    assert turns[-1]["subtype"] == "error_max_turns"
+    assert [e["command"] for e in turns if e["type"] == "tool_call"] == ["echo step 0", "echo step 1"]
+
+    denied = events(db, run_id, "transcript", "permission-denied/claude")
+    assert any(e["type"] == "error" and e["category"] == "permission_denied" for e in denied)
+    assert denied[-1]["permission_denials"] == 1
+    assert_events_complete(db, run_id)
+
+
+def test_real_clis_are_stopped_by_a_token_budget(tmp_path, cli_env) -> None:
+    """Claude: its stream carries usage per message. Codex: its --json stream has usage only at the
+    end of the turn; the session tails Codex's own session log for the running total. (Codex writes
+    a request's token_count to that log lazily; with the fake's instant answers the first one, 1,100
+    tokens, is the one that lands while the next command — creating a venv — still runs.)"""
+    defaults = PRICES + "  budgets: {wall_clock_s: 600, tokens: 1000}\n"
+    db, run_id, _ = run_scenarios(tmp_path, cli_env, ["setup"], defaults=defaults, tiers="C1,C5")
+    for agent in ("claude", "codex"):
+        key = f"setup/{agent}"
+        [job] = db_rows(db, "SELECT * FROM jobs WHERE run_id = ? AND key = ?", (run_id, key))
+        assert job["state"] == "done" and job["reason"] == "budget:tokens", (key, job["reason"])
+        [budget] = events(db, run_id, "budget", key)
+        assert budget["limit"] == 1000 and budget["used"] > 1000
+        [finished] = events(db, run_id, "agent_finished", key)
+        assert finished["stop_reason"] == "budget:tokens" and finished["completed"] is False, (key, finished, budget)
+        # stopped before it wrote a report; the probes still judged what it left
+        assert tiers_of(db, run_id, key)["C1"] == ("fail", "missing_report")
