@@ -1,0 +1,1001 @@
+"""The dashboard's data layer: what the TUI knows about a run, kept current by cheap indexed queries.
+
+The store is the only interface with the engine. A `RunFeed` loads a run once (`load`) and then
+only asks for what changed (`poll`): events of the run with `id` greater than the last one seen
+(the `events_run` index), the jobs those events name (primary key), usage and GPU samples newer
+than the last id seen (primary key ranges), and the acknowledgements of the controls this
+dashboard sent. Every few seconds it re-reads the jobs' state columns to catch a change that came
+with no event (a resumed engine re-queueing jobs, say): one narrow indexed scan, diffed here, so
+the screen still only hears about rows that changed.
+
+Polling runs in ONE background thread (`Poller`) for every open feed; the UI thread takes the
+coalesced changes (`RunFeed.take`) on its paint timer. Job views are immutable and replaced, never
+mutated, so the UI always reads a consistent row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..engine.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:  # imported lazily: engine.store pulls in sqlite_utils, engine.scoring the probes
+    from ..engine.scoring import RunScores
+    from ..engine.store import StoreReader
+
+# The tiers, as resenv.engine.tiers names them (that module imports the whole probe kit).
+PROBE_TIERS = ("C0", "C1", "C2", "C3", "C4")
+ALL_TIERS = (*PROBE_TIERS, "C5")
+PYRAMID = PROBE_TIERS
+
+# Mirrors resenv.engine.scheduler (STALE_AFTER_S and engine_alive), which the dashboard does not
+# import: the scheduler pulls in every agent adapter and asyncssh (over a second of start-up).
+# tests/tui/test_data.py checks that both agree.
+STALE_AFTER_S = 15.0
+
+
+def engine_alive(run: dict[str, Any]) -> bool:
+    """A run is owned by a live engine if its heartbeat is fresh and (when local) its PID exists."""
+    if run.get("heartbeat_at") is None or time.time() - run["heartbeat_at"] > STALE_AFTER_S:
+        return False
+    if run.get("engine_host") == platform.node() and run.get("engine_pid"):
+        try:
+            os.kill(run["engine_pid"], 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+    return run.get("state") in {"running", "paused"}
+
+
+POLL_S = 0.25
+IDLE_POLL_S = 1.0  # a run no live engine owns changes rarely (another process's controls, a resume)
+RECONCILE_S = 5.0
+HOSTS_EVERY_S = 2.0
+SCORES_EVERY_S = 2.0
+EVENTS_PER_POLL = 5000
+MAX_POLL_ROUNDS = 4
+GPU_HISTORY = 240
+STALE_SAMPLE_S = 15.0
+TRANSCRIPT_BACKFILL = 5000
+TRANSCRIPT_KINDS = ("transcript", "command", "exit", "phase", "timeout", "tier", "interrupted", "agent_finished",
+                    "error", "checkout", "leftover_killed", "tier_retry")
+STATE_KINDS = ("job_state", "phase", "tier", "run_state", "control", "interrupted")
+FINISHED = {"done", "error", "cancelled"}
+JOB_COLUMNS = "id, key, repo_id, agent, gpus_needed, state, attempts, host, gpus, reason, started_at, finished_at"
+
+
+# -- views ------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class JobView:
+    """One job as the dashboard shows it; replaced (never mutated) when anything about it changes,
+    so the UI thread always reads a consistent row. (Not `frozen`: a frozen dataclass's __init__
+    costs several times more, and a 10,000-job run builds 10,000 of them on open.)"""
+
+    id: int
+    key: str
+    repo: str
+    agent: str
+    state: str
+    attempts: int = 0
+    host: str | None = None
+    gpus: str | None = None
+    gpus_needed: int = 0
+    reason: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    tiers: Mapping[str, str] = field(default_factory=dict)  # tier -> latest status
+    phase: str | None = None  # the current attempt's phase while it runs
+    attempt_id: int | None = None  # the current (or latest known) attempt
+    tokens: int = 0
+    cost: float = 0.0
+
+    @property
+    def where(self) -> str:
+        if not self.host:
+            return "—"
+        return f"{self.host}:{self.gpus}" if self.gpus else self.host
+
+    @property
+    def failing(self) -> bool:
+        return self.state == "error" or any(status in ("fail", "error") for status in self.tiers.values())
+
+    @property
+    def attention(self) -> int:
+        """Sort group: 0 needs attention (error or a failing tier), 1 running, 2 queued, 3 the rest."""
+        if self.failing:
+            return 0
+        if self.state in ("running", "paused"):
+            return 1
+        if self.state == "queued":
+            return 2
+        return 3
+
+    def elapsed(self, now: float | None = None) -> float | None:
+        if not self.started_at:
+            return None
+        end = self.finished_at if self.state in FINISHED and self.finished_at else (now or time.time())
+        return max(0.0, end - self.started_at)
+
+    def tier_display(self, selected: Iterable[str]) -> dict[str, str | None]:
+        """Status per tier for the glyphs: a result, `running` (the tier the current phase is judging),
+        `pending`, or None (the run does not score that tier)."""
+        chosen = set(selected)
+        out: dict[str, str | None] = {}
+        running_marked = False
+        for tier in ALL_TIERS:
+            if tier not in chosen:
+                out[tier] = None
+                continue
+            status = self.tiers.get(tier)
+            if status is None and self.state in ("running", "paused") and not running_marked:
+                if (self.phase == "probes" and tier in PROBE_TIERS) or (self.phase == "audit" and tier == "C5"):
+                    status, running_marked = "running", True
+            out[tier] = status or "pending"
+        return out
+
+    def search_text(self) -> str:
+        statuses = " ".join(sorted(set(self.tiers.values())))
+        return f"#{self.id} {self.key} {self.state} {self.where} {statuses} {self.reason or ''}".lower()
+
+
+@dataclass
+class HostView:
+    name: str
+    kind: str
+    state: str
+    inventory: dict[str, Any]
+    updated_at: float
+
+    @property
+    def gpu_ids(self) -> list[int]:
+        ids = []
+        for gpu in self.inventory.get("gpus") or []:
+            if isinstance(gpu, dict):
+                gpu = gpu.get("index", gpu.get("id"))
+            if isinstance(gpu, int):
+                ids.append(gpu)
+        return ids
+
+    def gpu_name(self, gpu: int) -> str | None:
+        for item in self.inventory.get("gpus") or []:
+            if isinstance(item, dict) and item.get("index", item.get("id")) == gpu:
+                return item.get("name")
+        return None
+
+
+@dataclass(frozen=True)
+class Sample:
+    ts: float
+    util: float | None
+    mem_used: float | None
+    mem_total: float | None
+    power: float | None
+    temp: float | None
+
+
+@dataclass
+class Changes:
+    """What changed since the UI last looked: coalesced over any number of polls."""
+
+    jobs: set[int] = field(default_factory=set)
+    job_set: bool = False  # jobs were added: the table's rows must be rebuilt
+    run: bool = False
+    scores: bool = False
+    hosts: bool = False
+    gpu: bool = False
+    usage: bool = False
+    transcript: list[str] = field(default_factory=list)
+    transcript_reset: bool = False
+    acks: list[tuple[str, str, str]] = field(default_factory=list)  # (label, ack, message)
+    errors: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.jobs or self.job_set or self.run or self.scores or self.hosts or self.gpu or self.usage
+                    or self.transcript or self.transcript_reset or self.acks or self.errors)
+
+
+# -- transcript formatting --------------------------------------------------------------------
+def _short(value: Any, limit: int = 400) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = text.replace("\r", "").replace("\n", " ⏎ ")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _argv_text(argv: Any) -> str:
+    if isinstance(argv, list):
+        return " ".join(str(part) if " " not in str(part) else repr(str(part)) for part in argv)
+    return str(argv)
+
+
+def format_event(kind: str, data: dict[str, Any]) -> list[str]:
+    """Transcript lines for one event. Markers at the start of a line drive the highlighter:
+    `›` agent message, `$` tool call, `│` output, `↳` tool result, `▶` harness command, `■` exit,
+    `──` phase, `◆` tier, `!` timeout or error, `∑` usage."""
+    if kind == "transcript":
+        kind_of = data.get("type")
+        if kind_of == "message":
+            step = f"[{data['step']}] " if data.get("step") else ""
+            return [f"› {step}{_short(data.get('text', ''), 2000)}"]
+        if kind_of == "thinking":
+            return [f"  … {_short(data.get('text', ''), 600)}"]
+        if kind_of == "tool_call":
+            command = data.get("command") or data.get("input") or data.get("arguments") or ""
+            name = data.get("name") or "tool"
+            text = _argv_text(command) if isinstance(command, list) else _short(command, 1000)
+            return [f"$ {text}" if name in ("shell", "bash", "Bash", "exec") else f"$ {name}: {text}"]
+        if kind_of == "tool_result":
+            code = data.get("exit_code")
+            seconds = data.get("seconds")
+            parts = [f"exit {code}" if code is not None else "done"]
+            if seconds is not None:
+                parts.append(f"{seconds:.1f}s" if isinstance(seconds, (int, float)) else str(seconds))
+            if data.get("timed_out"):
+                parts.append("TIMED OUT")
+            lines = [f"↳ {' · '.join(parts)}"]
+            tail = data.get("output_tail") or data.get("output") or ""
+            if isinstance(tail, str) and tail.strip():
+                lines += [f"  │ {line}" for line in tail.rstrip().splitlines()[-8:]]
+            return lines
+        if kind_of == "usage":
+            ins = data.get("input_tokens", 0) or 0
+            outs = data.get("output_tokens", 0) or 0
+            cost = data.get("cost_usd")
+            text = f"∑ usage · in {ins:,} · out {outs:,}"
+            return [text + (f" · ${cost:.4f}" if isinstance(cost, (int, float)) else "")]
+        if kind_of == "error":
+            return [f"! error {data.get('category') or ''}: {_short(data.get('message') or data.get('text') or '')}"]
+        if kind_of == "output":
+            return [f"  │ {_short(data.get('text', ''), 2000)}"]
+        if "text" in data:
+            return [f"  │ {_short(data['text'], 2000)}"]
+        return [f"  ? {_short(data.get('raw', data), 600)}"]
+    if kind == "command":
+        return [f"▶ [{data.get('phase', '')}] {_short(_argv_text(data.get('argv')), 1000)}"]
+    if kind == "exit":
+        extra = " · TIMED OUT" if data.get("timed_out") else ""
+        extra += " · killed" if data.get("killed") else ""
+        return [f"■ exit {data.get('returncode')} · {data.get('log', '')} · {data.get('seconds', 0):.1f}s{extra}"]
+    if kind == "phase":
+        if data.get("status") == "started":
+            return [f"── {data.get('phase')} ──"]
+        reason = f" ({data['reason']})" if data.get("reason") else ""
+        return [f"── {data.get('phase')} {data.get('status')} · {data.get('seconds', 0):.1f}s{reason} ──"]
+    if kind == "timeout":
+        return [f"! timeout {data.get('name')} after {data.get('seconds')} s"]
+    if kind == "tier":
+        category = f" ({data['category']})" if data.get("category") else ""
+        return [f"◆ {data.get('tier')} {data.get('status')}{category}"]
+    if kind == "agent_finished":
+        return [f"■ agent finished · exit {data.get('returncode')} · {data.get('seconds', 0):.1f}s"
+                + (" · TIMED OUT" if data.get("timed_out") else "")]
+    if kind == "interrupted":
+        return [f"! interrupted: {data.get('reason')} ({data.get('replayed_lines', 0)} lines replayed)"]
+    if kind == "error":
+        return [f"! {data.get('phase', '')} error: {_short(data.get('message', ''))}"]
+    if kind == "checkout":
+        return [f"  checkout {str(data.get('commit', ''))[:12]}"]
+    if kind == "tier_retry":
+        return [f"── re-run of tier {data.get('tier')} on the state attempt {data.get('kept_attempt')} left ──"]
+    if kind == "leftover_killed":
+        return [f"! killed leftover process group {data.get('pgid')}"]
+    return [f"  {kind}: {_short(data)}"]
+
+
+# -- read-only access ------------------------------------------------------------------------
+class FeedError(Exception):
+    """The store or the run cannot be read."""
+
+
+class Reader:
+    """A read-only connection as engine.store.connect(readonly=True) opens it, without importing
+    engine.store (sqlite_utils and numpy: a quarter of a second of the dashboard's start-up)."""
+
+    def __init__(self, path: Path) -> None:
+        if not Path(path).exists():
+            raise FeedError(f"no resenv database at {path}")
+        self.path = Path(path)
+        self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute("PRAGMA busy_timeout = 10000")
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise FeedError(f"database schema version {version} is newer than this resenv understands")
+        if version == 0:
+            raise FeedError(f"{path} is not a resenv database (no schema)")
+
+    def rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
+        return [dict(row) for row in self.conn.execute(sql, params)]
+
+    def run(self, run_id: str) -> dict[str, Any] | None:
+        found = self.rows("SELECT * FROM runs WHERE id = ?", (run_id,))
+        return found[0] if found else None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def resolve_run(db_path: Path, ref: str | None) -> dict[str, Any]:
+    """A run by id, unique id prefix, or `latest` / None (as StoreReader.resolve_run)."""
+    reader = Reader(db_path)
+    try:
+        if ref in (None, "latest"):
+            found = reader.rows("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1")
+            if not found:
+                raise FeedError(f"no runs in {db_path}")
+            return found[0]
+        found = reader.rows("SELECT * FROM runs WHERE id = ? OR id LIKE ?", (ref, f"{ref}%"))
+    finally:
+        reader.close()
+    exact = [row for row in found if row["id"] == ref]
+    if exact:
+        return exact[0]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise FeedError(f"no run {ref!r} in {db_path}")
+    raise FeedError(f"{ref!r} matches several runs: {', '.join(row['id'] for row in found)}")
+
+
+def store_reader(db_path: Path) -> StoreReader:
+    from ..engine.store import StoreReader
+
+    return StoreReader(db_path)
+
+
+# -- the feed ---------------------------------------------------------------------------------
+def _scope(row: Any) -> str:
+    """An attempt's scope: `job` (a full attempt) or the tier a tier re-run re-ran (schema v2)."""
+    try:
+        return row["scope"] or "job"
+    except (IndexError, KeyError):
+        return "job"
+
+
+def _loads(text: str | None) -> dict[str, Any]:
+    try:
+        value = json.loads(text or "{}")
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class RunFeed:
+    """One run as the dashboard sees it. `load` and `poll` run in the poller thread; `take`,
+    `watch` and `track_control` are called from the UI thread."""
+
+    def __init__(self, db_path: Path, run_id: str) -> None:
+        self.db_path = Path(db_path)
+        self.run_id = run_id
+        self.lock = threading.Lock()
+        self.reader: Reader | None = None
+        self.scoring_reader: StoreReader | None = None
+        self.loaded = threading.Event()
+        self.load_seconds: float | None = None
+        self.run: dict[str, Any] = {}
+        self.jobs: dict[int, JobView] = {}
+        self.tiers_selected: tuple[str, ...] = ALL_TIERS
+        self.scores: RunScores | None = None
+        self.hosts: dict[str, HostView] = {}
+        self.gpu: dict[tuple[str, int], deque[Sample]] = {}
+        self.tokens = 0
+        self.cost = 0.0
+        self.status_counts: dict[str, int] = {}
+        self.polls = 0
+        self.poll_seconds: deque[float] = deque(maxlen=50)
+        self._pending = Changes()
+        self._last_event = 0
+        self._last_usage = 0
+        self._last_gpu = 0
+        self._last_reconcile = 0.0
+        self._last_hosts = 0.0
+        self._last_scores = 0.0
+        self._scores_dirty = True
+        self._watch_job: int | None = None
+        self._watch_attempt: int | None = None
+        self._watch_request: int | None | bool = False  # False: no change requested
+        self._controls: dict[int, str] = {}
+        self.closed = False
+        self.scores_wanted = threading.Event()
+        self.next_poll = 0.0
+
+    # -- UI-thread API -------------------------------------------------------------------------
+    def take(self) -> Changes:
+        with self.lock:
+            changes, self._pending = self._pending, Changes()
+        return changes
+
+    def watch(self, job_id: int | None) -> None:
+        """Stream the transcript of `job_id` (None stops): backfilled, then every new line."""
+        with self.lock:
+            self._watch_request = job_id
+            self._pending.transcript = []
+        self.next_poll = 0.0
+
+    def track_control(self, control_id: int, label: str) -> None:
+        with self.lock:
+            self._controls[control_id] = label
+        self.next_poll = 0.0
+
+    def gpu_series(self) -> dict[tuple[str, int], list[Sample]]:
+        """A copy of every GPU's recent samples (the poller appends to them)."""
+        with self.lock:
+            return {key: list(series) for key, series in self.gpu.items()}
+
+    @property
+    def live(self) -> bool:
+        return bool(self.run) and engine_alive(self.run)
+
+    def close(self) -> None:
+        self.closed = True
+
+    # -- poller-thread side --------------------------------------------------------------------
+    def _db(self) -> Reader:
+        if self.reader is None:
+            self.reader = Reader(self.db_path)
+        return self.reader
+
+    def shutdown(self) -> None:
+        for reader in (self.reader, self.scoring_reader):
+            if reader is not None:
+                reader.close()
+        self.reader = self.scoring_reader = None
+
+    def load(self) -> None:
+        """Everything the overview needs, in a handful of indexed queries."""
+        started = time.perf_counter()
+        db = self._db()
+        run = db.run(self.run_id)
+        if run is None:
+            raise FeedError(f"no run {self.run_id} in {self.db_path}")
+        options = _loads(run.get("options_json"))
+        self.tiers_selected = tuple(options.get("tiers", ALL_TIERS))
+        self.run = {key: value for key, value in run.items() if key != "spec_json"}
+        self._last_event = db.conn.execute(
+            "SELECT COALESCE(MAX(id), 0) FROM events WHERE run_id = ?", (self.run_id,)).fetchone()[0]
+        running = {row["job_id"]: (row["id"], row["phase"]) for row in db.conn.execute(
+            "SELECT * FROM attempts WHERE run_id = ? AND state = 'running'", (self.run_id,))
+            if _scope(row) == "job"}  # a tier re-run (scope = its tier) keeps the job's other results
+        tiers: dict[int, dict[str, str]] = {}
+        for job_id, attempt_id, tier, status in db.conn.execute(
+            "SELECT t.job_id, t.attempt_id, t.tier, t.status FROM jobs j JOIN tier_results t ON t.job_id = j.id"
+            " WHERE j.run_id = ? ORDER BY t.id", (self.run_id,)
+        ):
+            current = running.get(job_id)
+            if current is not None and current[0] != attempt_id:
+                continue  # a running retry shows its own tiers, not the last attempt's
+            tiers.setdefault(job_id, {})[tier] = status
+        usage: dict[int, tuple[int, float]] = {}
+        self._last_usage = db.conn.execute("SELECT COALESCE(MAX(id), 0) FROM usage").fetchone()[0]
+        for job_id, tokens, cost in db.conn.execute(
+            "SELECT u.job_id, SUM(u.input_tokens + u.cached_input_tokens + u.cache_write_tokens + u.output_tokens),"
+            " SUM(COALESCE(u.cost_usd, 0)) FROM jobs j JOIN usage u ON u.job_id = j.id WHERE j.run_id = ?"
+            " AND u.id <= ? GROUP BY u.job_id", (self.run_id, self._last_usage)
+        ):
+            usage[job_id] = (tokens or 0, cost or 0.0)
+        jobs: dict[int, JobView] = {}
+        for row in db.conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE run_id = ? ORDER BY id", (self.run_id,)):
+            job_id = row[0]
+            current = running.get(job_id)
+            tokens, cost = usage.get(job_id, (0, 0.0))
+            jobs[job_id] = JobView(
+                id=job_id, key=row[1], repo=row[2], agent=row[3], gpus_needed=row[4], state=row[5], attempts=row[6],
+                host=row[7], gpus=row[8], reason=row[9], started_at=row[10], finished_at=row[11],
+                tiers=tiers.get(job_id, {}), phase=current[1] if current else None,
+                attempt_id=current[0] if current else None, tokens=tokens, cost=cost,
+            )
+        self.jobs = jobs
+        self.tokens = sum(tokens for tokens, _ in usage.values())
+        self.cost = sum(cost for _, cost in usage.values())
+        self._load_hosts(db)
+        self._load_gpu_history(db)
+        self._last_reconcile = time.monotonic()
+        self._count_states()
+        self.load_seconds = time.perf_counter() - started
+        with self.lock:
+            self._pending.job_set = True
+            self._pending.run = self._pending.hosts = self._pending.gpu = self._pending.usage = True
+        self.loaded.set()
+
+    def _count_states(self) -> None:
+        counts: dict[str, int] = {}
+        failing = 0
+        for job in self.jobs.values():
+            counts[job.state] = counts.get(job.state, 0) + 1
+            if job.failing and job.state != "error":
+                failing += 1
+        counts["failing"] = failing
+        self.status_counts = counts
+
+    def _load_hosts(self, db: Reader) -> None:
+        hosts = {}
+        for row in db.rows("SELECT * FROM hosts WHERE run_id = ? ORDER BY name", (self.run_id,)):
+            hosts[row["name"]] = HostView(row["name"], row["kind"], row["state"], _loads(row["inventory_json"]),
+                                          row["updated_at"])
+        changed = {name: (host.state, host.inventory) for name, host in hosts.items()} != {
+            name: (host.state, host.inventory) for name, host in self.hosts.items()}
+        self.hosts = hosts
+        self._last_hosts = time.monotonic()
+        if changed:
+            with self.lock:
+                self._pending.hosts = True
+
+    def _load_gpu_history(self, db: Reader) -> None:
+        self._last_gpu = db.conn.execute("SELECT COALESCE(MAX(id), 0) FROM gpu_samples").fetchone()[0]
+        history = {}
+        for host in self.hosts.values():
+            for gpu in host.gpu_ids:
+                rows = db.conn.execute(
+                    "SELECT ts, util_pct, mem_used_mib, mem_total_mib, power_w, temp_c FROM gpu_samples"
+                    " WHERE host = ? AND gpu = ? ORDER BY ts DESC LIMIT ?", (host.name, gpu, GPU_HISTORY)).fetchall()
+                history[(host.name, gpu)] = deque((Sample(*row) for row in reversed(rows)), maxlen=GPU_HISTORY)
+        with self.lock:
+            self.gpu = history
+
+    def poll(self) -> None:
+        started = time.perf_counter()
+        db = self._db()
+        self._apply_watch_request(db)
+        run = db.rows("SELECT * FROM runs WHERE id = ?", (self.run_id,))
+        if run:
+            fresh = {key: value for key, value in run[0].items() if key != "spec_json"}
+            if fresh != self.run:
+                self.run = fresh
+                with self.lock:
+                    self._pending.run = True
+        touched: set[int] = set()
+        tier_updates: dict[int, list[tuple[int | None, str, str]]] = {}
+        phases: dict[int, tuple[int | None, str | None]] = {}
+        new_attempts: dict[int, int | None] = {}
+        watch_lines: list[str] = []
+        watch = self._watch_job
+        for _ in range(MAX_POLL_ROUNDS):
+            rows = db.conn.execute(
+                "SELECT id, job_id, attempt_id, kind, data FROM events WHERE run_id = ? AND id > ?"
+                f" AND (kind IN ({','.join('?' * len(STATE_KINDS))}) OR job_id = ?) ORDER BY id LIMIT ?",
+                (self.run_id, self._last_event, *STATE_KINDS, -1 if watch is None else watch, EVENTS_PER_POLL),
+            ).fetchall()
+            for event_id, job_id, attempt_id, kind, text in rows:
+                self._last_event = event_id
+                if job_id is not None and job_id == watch and kind in TRANSCRIPT_KINDS:
+                    if attempt_id is not None and attempt_id != self._watch_attempt:
+                        if self._watch_attempt is not None:
+                            watch_lines.append("══ a new attempt ══")
+                        self._watch_attempt = attempt_id
+                    watch_lines.extend(format_event(kind, _loads(text)))
+                if kind not in STATE_KINDS:
+                    continue
+                if kind == "run_state":
+                    continue
+                if job_id is None:
+                    continue
+                touched.add(job_id)
+                if kind == "tier":
+                    data = _loads(text)
+                    tier_updates.setdefault(job_id, []).append((attempt_id, data.get("tier"), data.get("status")))
+                elif kind == "phase":
+                    data = _loads(text)
+                    if data.get("status") == "started":
+                        phases[job_id] = (attempt_id, data.get("phase"))
+                elif kind == "job_state":
+                    data = _loads(text)
+                    if data.get("state") == "running" and attempt_id is not None:
+                        new_attempts[job_id] = attempt_id
+                        phases.pop(job_id, None)
+                        tier_updates.pop(job_id, None)
+            if len(rows) < EVENTS_PER_POLL:
+                break
+        if touched:
+            self._refresh_jobs(db, touched, tier_updates, phases, new_attempts)
+        self._poll_usage(db)
+        self._poll_gpu(db)
+        now = time.monotonic()
+        if now - self._last_reconcile >= RECONCILE_S:
+            self._reconcile(db)
+        if now - self._last_hosts >= HOSTS_EVERY_S:
+            self._load_hosts(db)
+        # The pyramid is scored once the jobs table has painted (the UI asks), then at most every
+        # SCORES_EVERY_S while tier results change.
+        if self._scores_dirty and self.scores_wanted.is_set() and now - self._last_scores >= SCORES_EVERY_S:
+            self.compute_scores()
+        self._poll_controls(db)
+        if watch_lines:
+            with self.lock:
+                if self._watch_job == watch:
+                    self._pending.transcript.extend(watch_lines)
+        self.polls += 1
+        self.poll_seconds.append(time.perf_counter() - started)
+        busy = self.live or self._watch_job is not None or self._controls or self._watch_request is not False
+        self.next_poll = time.monotonic() + (POLL_S if busy else IDLE_POLL_S)
+
+    def compute_scores(self) -> None:
+        """The pyramid panel's numbers, from engine/scoring.py (the same numbers as `resenv report`)."""
+        from ..engine.scoring import score_run
+
+        if self.scoring_reader is None:
+            self.scoring_reader = store_reader(self.db_path)
+        self.scores = score_run(self.scoring_reader, self.run_id)
+        self._scores_dirty = False
+        self._last_scores = time.monotonic()
+        with self.lock:
+            self._pending.scores = True
+
+    def _refresh_jobs(
+        self, db: Reader, ids: set[int], tier_updates: dict[int, list[tuple[int | None, str, str]]],
+        phases: dict[int, tuple[int | None, str | None]], new_attempts: dict[int, int | None],
+    ) -> None:
+        rows = []
+        ordered = sorted(ids)
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start:start + 500]
+            rows += db.conn.execute(
+                f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+        added = False
+        jobs = self.jobs
+        for row in rows:
+            job_id = row[0]
+            old = jobs.get(job_id)
+            if old is None:
+                if self.jobs is jobs:
+                    jobs = dict(jobs)
+                added = True
+                old = JobView(id=job_id, key=row[1], repo=row[2], agent=row[3], state=row[5])
+            values: dict[str, Any] = dict(
+                key=row[1], repo=row[2], agent=row[3], gpus_needed=row[4], state=row[5], attempts=row[6], host=row[7],
+                gpus=row[8], reason=row[9], started_at=row[10], finished_at=row[11],
+            )
+            tiers = dict(old.tiers)
+            if job_id in new_attempts:
+                tiers = {}
+                values["attempt_id"] = new_attempts[job_id]
+                values["phase"] = None
+            for attempt_id, tier, status in tier_updates.get(job_id, ()):
+                if tier:
+                    tiers[tier] = status
+                    if attempt_id is not None:
+                        values["attempt_id"] = attempt_id
+            if job_id in phases:
+                values["attempt_id"] = phases[job_id][0] or values.get("attempt_id", old.attempt_id)
+                values["phase"] = phases[job_id][1]
+            if row[5] not in ("running", "paused"):
+                values["phase"] = None
+            values["tiers"] = tiers
+            new = replace(old, **values)
+            if new != old:
+                jobs[job_id] = new
+                if tiers != dict(old.tiers):
+                    self._scores_dirty = True
+                with self.lock:
+                    self._pending.jobs.add(job_id)
+        if added:
+            self.jobs = jobs
+            self._scores_dirty = True
+            with self.lock:
+                self._pending.job_set = True
+        self._count_states()
+
+    def _reconcile(self, db: Reader) -> None:
+        """Catch job changes that came with no event: one narrow indexed scan, diffed here."""
+        self._last_reconcile = time.monotonic()
+        changed = set()
+        for row in db.conn.execute(
+            "SELECT id, state, attempts, host, gpus, reason, started_at, finished_at FROM jobs WHERE run_id = ?",
+            (self.run_id,),
+        ):
+            job = self.jobs.get(row[0])
+            if job is None or (job.state, job.attempts, job.host, job.gpus, job.reason, job.started_at,
+                               job.finished_at) != tuple(row[1:]):
+                changed.add(row[0])
+        if changed:
+            self._refresh_jobs(db, changed, {}, {}, {})
+
+    def _poll_usage(self, db: Reader) -> None:
+        rows = db.conn.execute(
+            "SELECT id, run_id, job_id, input_tokens + cached_input_tokens + cache_write_tokens + output_tokens,"
+            " COALESCE(cost_usd, 0) FROM usage WHERE id > ? ORDER BY id LIMIT 20000", (self._last_usage,)).fetchall()
+        if not rows:
+            return
+        per_job: dict[int, tuple[int, float]] = {}
+        for usage_id, run_id, job_id, tokens, cost in rows:
+            self._last_usage = usage_id
+            if run_id != self.run_id:
+                continue
+            total = per_job.get(job_id, (0, 0.0))
+            per_job[job_id] = (total[0] + (tokens or 0), total[1] + (cost or 0.0))
+        for job_id, (tokens, cost) in per_job.items():
+            self.tokens += tokens
+            self.cost += cost
+            old = self.jobs.get(job_id)
+            if old is not None:
+                self.jobs[job_id] = replace(old, tokens=old.tokens + tokens, cost=old.cost + cost)
+                with self.lock:
+                    self._pending.jobs.add(job_id)
+        if per_job:
+            with self.lock:
+                self._pending.usage = True
+
+    def _poll_gpu(self, db: Reader) -> None:
+        rows = db.conn.execute(
+            "SELECT id, host, gpu, ts, util_pct, mem_used_mib, mem_total_mib, power_w, temp_c FROM gpu_samples"
+            " WHERE id > ? ORDER BY id LIMIT 20000", (self._last_gpu,)).fetchall()
+        if not rows:
+            return
+        got = False
+        with self.lock:  # the UI copies the series under this lock (gpu_series)
+            for row in rows:
+                self._last_gpu = row[0]
+                if row[1] not in self.hosts:
+                    continue
+                series = self.gpu.get((row[1], row[2]))
+                if series is None:
+                    self.gpu = {**self.gpu, (row[1], row[2]): deque(maxlen=GPU_HISTORY)}
+                    series = self.gpu[(row[1], row[2])]
+                series.append(Sample(*row[3:]))
+                got = True
+            if got:
+                self._pending.gpu = True
+
+    def _poll_controls(self, db: Reader) -> None:
+        with self.lock:
+            waiting = dict(self._controls)
+        if not waiting:
+            return
+        ids = list(waiting)
+        acked = db.conn.execute(
+            f"SELECT id, ack, ack_message FROM controls WHERE id IN ({','.join('?' * len(ids))}) AND ack IS NOT NULL",
+            ids).fetchall()
+        if acked:
+            with self.lock:
+                for control_id, ack, message in acked:
+                    label = self._controls.pop(control_id, None)
+                    if label is not None:
+                        self._pending.acks.append((label, ack, message or ""))
+
+    def _apply_watch_request(self, db: Reader) -> None:
+        with self.lock:
+            request, self._watch_request = self._watch_request, False
+        if request is False:
+            return
+        self._watch_job = request if isinstance(request, int) else None
+        self._watch_attempt = None
+        lines: list[str] = []
+        if self._watch_job is not None:
+            lines = self.backfill(db, self._watch_job)
+        with self.lock:
+            self._pending.transcript = lines
+            self._pending.transcript_reset = True
+
+    def backfill(self, db: Reader, job_id: int) -> list[str]:
+        """The latest attempt's transcript so far (its last TRANSCRIPT_BACKFILL events), by the
+        attempt index; everything after it comes through the tail."""
+        attempts = list(db.conn.execute("SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (job_id,)))
+        if not attempts:
+            return ["(no attempt yet: the job is queued)"]
+        # The newest full attempt and the tier re-runs after it (they probe the state it left).
+        start = max((index for index, row in enumerate(attempts) if _scope(row) == "job"), default=0)
+        shown = attempts[start:]
+        lines: list[str] = []
+        budget = TRANSCRIPT_BACKFILL
+        chunks = []
+        for attempt in reversed(shown):
+            if budget <= 0:
+                break
+            rows = db.conn.execute(
+                "SELECT id, kind, data FROM events WHERE attempt_id = ? AND id <= ? ORDER BY seq DESC LIMIT ?",
+                (attempt["id"], self._last_event, budget)).fetchall()
+            budget -= len(rows)
+            chunks.append((attempt, rows))
+        if budget <= 0:
+            lines.append(f"(earlier lines omitted: showing the last {TRANSCRIPT_BACKFILL} events; the Raw log tab has all)")
+        for attempt, rows in reversed(chunks):
+            scope = _scope(attempt)
+            lines.append(f"══ attempt {attempt['number']}" + (f" · re-run of tier {scope}" if scope != "job" else "")
+                         + f" · {attempt['state']} ══")
+            for _, kind, text in reversed(rows):
+                if kind in TRANSCRIPT_KINDS:
+                    lines.extend(format_event(kind, _loads(text)))
+        self._watch_attempt = shown[-1]["id"]
+        return lines
+
+
+class Poller(threading.Thread):
+    """The one background thread that loads and polls every open feed."""
+
+    def __init__(self, interval: float = POLL_S) -> None:
+        super().__init__(name="resenv-tui-poller", daemon=True)
+        self.interval = interval
+        self.feeds: list[RunFeed] = []
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        self.wakeup = threading.Event()
+
+    def add(self, feed: RunFeed) -> RunFeed:
+        with self.lock:
+            self.feeds.append(feed)
+        self.wakeup.set()
+        return feed
+
+    def remove(self, feed: RunFeed) -> None:
+        feed.close()
+        self.wakeup.set()
+
+    def poke(self) -> None:
+        """Poll now (after a control was sent, say)."""
+        self.wakeup.set()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.wakeup.set()
+
+    def run(self) -> None:
+        while not self.stopped.is_set():
+            started = time.monotonic()
+            with self.lock:
+                feeds = list(self.feeds)
+            for feed in feeds:
+                if feed.closed:
+                    feed.shutdown()
+                    with self.lock:
+                        self.feeds.remove(feed)
+                    continue
+                try:
+                    if not feed.loaded.is_set():
+                        feed.load()
+                    elif time.monotonic() >= feed.next_poll:
+                        feed.poll()
+                except Exception as error:  # a DB hiccup must not kill the dashboard
+                    with feed.lock:
+                        feed._pending.errors.append(f"{type(error).__name__}: {error}")
+                    if not feed.loaded.is_set():
+                        feed.closed = True
+                        feed.loaded.set()
+            self.wakeup.wait(max(0.0, self.interval - (time.monotonic() - started)))
+            self.wakeup.clear()
+        with self.lock:
+            for feed in self.feeds:
+                feed.shutdown()
+
+
+# -- one-shot queries for the detail, hosts and history screens (run in worker threads) ------------
+def job_detail(db_path: Path, job_id: int) -> dict[str, Any]:
+    """A job's attempts, its latest tier results with evidence, its logs and work dir."""
+    reader = Reader(db_path)
+    try:
+        job = reader.rows("SELECT * FROM jobs WHERE id = ?", (job_id,))
+        attempts = reader.rows("SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (job_id,))
+        full = [attempt for attempt in attempts if _scope(attempt) == "job"]
+        latest = full[-1] if full else (attempts[-1] if attempts else None)
+        shown = [attempt for attempt in attempts if latest is not None and attempt["number"] >= latest["number"]]
+        results: dict[str, dict[str, Any]] = {}
+        for row in reader.rows(
+            "SELECT * FROM tier_results WHERE job_id = ? ORDER BY id", (job_id,)
+        ):
+            if latest is not None and latest["state"] == "running" and row["attempt_id"] != latest["id"]:
+                continue  # a running attempt shows its own results, not the previous attempt's
+            row["evidence"] = _loads(row.pop("evidence_json"))
+            results[row["tier"]] = row
+        logs = []
+        for attempt in shown:
+            for row in reader.rows("SELECT name, stream, path, nbytes, nlines FROM logs WHERE attempt_id = ? ORDER BY id",
+                                   (attempt["id"],)):
+                row["attempt"] = attempt["number"]
+                logs.append(row)
+        phases = reader.rows("SELECT name, status, started_at, finished_at, reason FROM phases WHERE attempt_id = ?"
+                             " ORDER BY id", (latest["id"],)) if latest else []
+        run = reader.run(job[0]["run_id"]) if job else None
+        options = _loads(run["options_json"]) if run else {}
+    finally:
+        reader.close()
+    files = []
+    if latest is not None and latest.get("workdir"):
+        log_dir = Path(latest["workdir"]).parent / "logs"
+        known = {row["path"] for row in logs}
+        if log_dir.is_dir():  # a running command's raw files exist before the `logs` table lists them
+            for path in sorted(log_dir.iterdir(), key=lambda p: p.stat().st_mtime):
+                if str(path) not in known and path.suffix in (".stdout", ".stderr"):
+                    files.append({"name": path.stem, "stream": path.suffix[1:], "path": str(path),
+                                  "nbytes": path.stat().st_size, "nlines": None, "attempt": None})
+    return {"job": job[0] if job else None, "attempts": attempts, "attempt": latest, "results": results,
+            "logs": logs + files, "phases": phases, "tiers": tuple(options.get("tiers", ALL_TIERS))}
+
+
+def read_tail(path: str | Path, limit: int = 256 * 1024) -> tuple[list[str], int]:
+    """The last `limit` bytes of a file as lines, and the offset read up to."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(0, size - limit))
+            data = handle.read()
+    except OSError as error:
+        return [f"(cannot read {path}: {error.strerror})"], 0
+    lines = data.decode(errors="replace").splitlines()
+    if size > limit and lines:
+        lines[0] = f"(… {size - limit:,} earlier bytes not shown)"
+    return lines, size
+
+
+def read_more(path: str | Path, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            data = handle.read(limit)
+    except OSError:
+        return "", offset
+    return data.decode(errors="replace"), offset + len(data)
+
+
+def leases(db_path: Path, run_id: str) -> dict[tuple[str, int], dict[str, Any]]:
+    """Open leases of a run: (host, gpu) -> job key and attempt."""
+    reader = Reader(db_path)
+    try:
+        rows = reader.rows(
+            "SELECT l.host, l.gpus, l.job_id, j.key, a.number FROM leases l JOIN jobs j ON j.id = l.job_id"
+            " JOIN attempts a ON a.id = l.attempt_id WHERE l.run_id = ? AND l.ended_at IS NULL", (run_id,))
+    finally:
+        reader.close()
+    out = {}
+    for row in rows:
+        for gpu in (row["gpus"] or "").split(","):
+            if gpu.strip().isdigit():
+                out[(row["host"], int(gpu))] = row
+    return out
+
+
+def history(db_path: Path) -> list[dict[str, Any]]:
+    """Every run with its job counts, per-tier pass/judged counts (latest result per job and tier),
+    tokens, cost and duration."""
+    reader = Reader(db_path)
+    try:
+        runs = [{key: value for key, value in row.items() if key != "spec_json"} for row in reader.rows("SELECT * FROM runs ORDER BY created_at DESC")]
+        counts: dict[str, dict[str, int]] = {}
+        for row in reader.rows("SELECT run_id, state, COUNT(*) AS n FROM jobs GROUP BY run_id, state"):
+            counts.setdefault(row["run_id"], {})[row["state"]] = row["n"]
+        tiers: dict[str, dict[str, dict[str, int]]] = {}
+        for row in reader.rows(
+            "SELECT t.run_id, t.tier, t.status, COUNT(*) AS n FROM tier_results t"
+            " JOIN (SELECT MAX(id) AS id FROM tier_results GROUP BY job_id, tier) m ON m.id = t.id"
+            " GROUP BY t.run_id, t.tier, t.status"
+        ):
+            tiers.setdefault(row["run_id"], {}).setdefault(row["tier"], {})[row["status"]] = row["n"]
+        usage = {row["run_id"]: row for row in reader.rows(
+            "SELECT run_id, SUM(input_tokens + cached_input_tokens + cache_write_tokens + output_tokens) AS tokens,"
+            " SUM(COALESCE(cost_usd, 0)) AS cost FROM usage GROUP BY run_id")}
+    finally:
+        reader.close()
+    for run in runs:
+        run["counts"] = counts.get(run["id"], {})
+        run["jobs"] = sum(run["counts"].values())
+        run["tiers"] = tiers.get(run["id"], {})
+        run["tokens"] = (usage.get(run["id"]) or {}).get("tokens") or 0
+        run["cost"] = (usage.get(run["id"]) or {}).get("cost") or 0.0
+        run["live"] = engine_alive(run)
+    return runs
+
+
+def compare(db_path: Path, run_ids: list[str]) -> dict[str, Any]:
+    """repo/agent × run: the latest status of each tier."""
+    reader = Reader(db_path)
+    try:
+        cells: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
+        for run_id in run_ids:
+            for row in reader.rows("SELECT id, repo_id, agent FROM jobs WHERE run_id = ?", (run_id,)):
+                cells.setdefault((row["repo_id"], row["agent"]), {})[run_id] = {}
+            for row in reader.rows(
+                "SELECT j.repo_id, j.agent, t.tier, t.status FROM jobs j JOIN tier_results t ON t.job_id = j.id"
+                " WHERE j.run_id = ? ORDER BY t.id", (run_id,)
+            ):
+                cells[(row["repo_id"], row["agent"])][run_id][row["tier"]] = row["status"]
+        runs = {run_id: reader.run(run_id) for run_id in run_ids}
+    finally:
+        reader.close()
+    return {"runs": runs, "cells": cells}

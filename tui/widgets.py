@@ -1,0 +1,395 @@
+"""Small widgets and renderers of the dashboard: tier glyphs, pyramids, a fixed-scale sparkline,
+the host strip and the transcript highlighter."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from functools import lru_cache
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Group
+from rich.highlighter import Highlighter
+from rich.markup import escape
+from rich.style import Style
+from rich.text import Text
+from textual import events
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.geometry import Size
+from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, DuplicateKey, Row, RowKey
+
+from .data import ALL_TIERS, PYRAMID, STALE_SAMPLE_S, HostView, JobView, Sample
+
+if TYPE_CHECKING:
+    from ..engine.scoring import AgentScore, RunScores
+
+# -- tier glyphs ------------------------------------------------------------------------------
+GLYPH = {"pass": "✓", "fail": "✗", "skip": "–", "error": "!", "running": "◐", "pending": "·", None: " "}
+GLYPH_STYLE = {
+    "pass": "bold green", "fail": "bold red", "skip": "grey50", "error": "bold yellow", "running": "bold cyan",
+    "pending": "grey42", None: "",
+}
+STATE_STYLE = {
+    "running": "bold cyan", "paused": "bold yellow", "queued": "grey58", "done": "green", "error": "bold red",
+    "cancelled": "grey50",
+}
+STATE_MARK = {"running": "◐", "paused": "‖", "queued": "·", "done": "✓", "error": "!", "cancelled": "⊘"}
+TIER_HEADER = "C0 C1 C2 C3 C4 C5"
+LEGEND_MARKUP = ("[green]✓[/] pass  [red]✗[/] fail  [grey50]–[/] skip  [cyan]◐[/] running  "
+                 "[grey42]·[/] pending  [yellow]![/] error")
+LEGEND = Text.assemble(
+    ("✓", GLYPH_STYLE["pass"]), " pass  ", ("✗", GLYPH_STYLE["fail"]), " fail  ", ("–", GLYPH_STYLE["skip"]),
+    " skip  ", ("◐", GLYPH_STYLE["running"]), " running  ", ("·", GLYPH_STYLE["pending"]), " pending  ",
+    ("!", GLYPH_STYLE["error"]), " error",
+)
+
+
+def tier_text(statuses: dict[str, str | None]) -> Text:
+    """Six glyphs under the `C0 C1 C2 C3 C4 C5` header (each glyph under its tier's C)."""
+    return _tier_text(tuple(statuses.get(tier) for tier in ALL_TIERS))
+
+
+@lru_cache(maxsize=4096)
+def _tier_text(statuses: tuple[str | None, ...]) -> Text:
+    """Shared, never mutated: thousands of rows with the same pyramid cost one Text."""
+    text = Text(no_wrap=True)
+    for index, status in enumerate(statuses):
+        text.append(GLYPH.get(status, "?"), GLYPH_STYLE.get(status, ""))
+        if index < len(statuses) - 1:
+            text.append("  ")
+    return text
+
+
+@lru_cache(maxsize=64)
+def state_text(state: str) -> Text:
+    return Text(f"{STATE_MARK.get(state, ' ')} {state}", STATE_STYLE.get(state, ""), no_wrap=True)
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def tokens_text(tokens: int) -> str:
+    if not tokens:
+        return "—"
+    if tokens < 10_000:
+        return f"{tokens:,}"
+    if tokens < 10_000_000:
+        return f"{tokens / 1000:.1f}k"
+    return f"{tokens / 1e6:.1f}M"
+
+
+def cost_text(cost: float) -> str:
+    return "—" if not cost else f"${cost:.2f}"
+
+
+def job_cells(job: JobView, selected: Sequence[str], now: float) -> tuple[Any, ...]:
+    """The overview row of one job, in OVERVIEW_COLUMNS order. Plain strings where they will do
+    (DataTable renders only the visible ones; building 10,000 Text objects per rebuild is what costs),
+    escaped because DataTable reads strings as markup; numbers padded to their column's width."""
+    return (
+        job.id, escape(job.repo), escape(job.agent), escape(job.where), state_text(job.state),
+        tier_text(job.tier_display(selected)), str(job.attempts) if job.attempts else "—",
+        f"{tokens_text(job.tokens):>6}", f"{cost_text(job.cost):>6}", f"{duration(job.elapsed(now)):>7}",
+    )
+
+
+OVERVIEW_COLUMNS: tuple[tuple[str, str, int], ...] = (
+    ("id", "#", 4), ("repo", "repo", 18), ("agent", "agent", 12), ("where", "host:GPU", 12),
+    ("state", "state", 11), ("tiers", TIER_HEADER, 17), ("attempt", "try", 3), ("tokens", "tokens", 6),
+    ("cost", "cost", 6), ("elapsed", "elapsed", 7),
+)
+
+
+class FitTable(DataTable):
+    """A DataTable whose `fill` column takes the width the other (fixed-width) columns leave."""
+
+    def __init__(self, *args: Any, fill: str | None = None, fill_min: int = 8, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fill = fill
+        self.fill_min = fill_min
+
+    def _on_resize(self, event: events.Resize) -> None:
+        super()._on_resize(event)
+        self.fit()
+
+    def add_keyed_rows(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
+        """`add_row(*cells, key=key)` for many one-line rows, with the per-row bookkeeping done once
+        (10,000 rows take tens of milliseconds instead of seconds)."""
+        columns = [column.key for column in self.ordered_columns]
+        locations, data, row_map, new_rows = self._row_locations, self._data, self.rows, self._new_rows
+        was_empty = not row_map
+        index = len(row_map)
+        for key, cells in rows:
+            row_key = RowKey(key)
+            if row_key in locations:
+                raise DuplicateKey(f"The row key {row_key!r} already exists.")
+            locations[row_key] = index
+            index += 1
+            data[row_key] = dict(zip(columns, cells))
+            row_map[row_key] = Row(row_key, 1, None, False)
+            new_rows.add(row_key)
+        self._require_update_dimensions = True
+        self.cursor_coordinate = self.cursor_coordinate
+        if was_empty and row_map and columns and self.show_cursor and self.cursor_type != "none":
+            self._highlight_cursor()
+        self._update_count += 1
+        self.check_idle()
+
+    def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
+        """With fixed column widths and one-line rows there is nothing to measure: skip DataTable's
+        per-cell measuring of every new row (seconds for 10,000 rows) and only size the table."""
+        if (any(column.auto_width for column in self.columns.values()) or self._labelled_row_exists
+                or any(self.rows[key].auto_height for key in new_rows if key in self.rows)):
+            super()._update_dimensions(new_rows)
+            return
+        width = sum(column.get_render_width(self) for column in self.columns.values())
+        header = self.header_height if self.show_header else 0
+        self.virtual_size = Size(width + self._row_label_column_width, self._total_row_height + header)
+
+    def fit(self) -> None:
+        key = ColumnKey(self.fill) if self.fill else None
+        if key is None or key not in self.columns or not self.size.width:
+            return
+        others = sum(column.get_render_width(self) for k, column in self.columns.items() if k != key)
+        width = max(self.fill_min, self.size.width - 2 - others - 2 * self.cell_padding)  # 2: the scrollbar
+        column = self.columns[key]
+        if column.width != width or column.auto_width:
+            column.width = width
+            column.auto_width = False
+            self._clear_caches()
+            self._require_update_dimensions = True
+            self.refresh()
+
+
+# -- pyramids ---------------------------------------------------------------------------------
+def agent_pyramid(score: AgentScore, width: int) -> list[Text]:
+    """An agent's C0–C4 pass counts as stacked bars over their denominators, C4 on top, as lines
+    exactly `width` cells wide.
+
+    Each bar is as wide as its denominator (judged jobs) relative to the agent's jobs, centred so
+    the tiers stack into a pyramid; green is passed, red failed. Skips and errors are counted beside."""
+    note_width = 9 if width < 34 else 17
+    bar_width = max(4, width - 3 - 1 - note_width)
+    halluc = sum(score.hallucinations.values())
+    title = Text.assemble((score.agent, "bold"), (f" · {score.jobs} jobs", "grey62"), no_wrap=True)
+    lines = [_fit(title, width)]
+    jobs = max(score.jobs, 1)
+    for tier in reversed(PYRAMID):
+        tally = score.tiers[tier]
+        line = Text(f"{tier} ", "bold", no_wrap=True)
+        if tally.denominator:
+            size = max(1, round(bar_width * tally.denominator / jobs))
+            passed = round(size * tally.passed / tally.denominator)
+            if tally.passed and not passed:
+                passed = 1
+            pad = (bar_width - size) // 2
+            line.append(" " * pad)
+            line.append("█" * passed, "green")
+            line.append("█" * (size - passed), "red")
+            line.append(" " * (bar_width - size - pad))
+        else:
+            line.append(" " * (bar_width // 2) + "·" + " " * (bar_width - bar_width // 2 - 1), "grey42")
+        rate = f"{100 * tally.rate:3.0f}%" if tally.rate is not None else "   –"
+        line.append(f" {tally.passed:>2}/{tally.denominator:<2}{rate}" if tally.denominator else "    –    ",
+                    "" if tally.denominator else "grey50")
+        if note_width > 9:
+            extra = []
+            if tally.skipped:
+                extra.append(f"{tally.skipped} skip")
+            if tally.errors:
+                extra.append(f"{tally.errors} err")
+            line.append(" " + " ".join(extra), "grey50")
+        lines.append(_fit(line, width))
+    c5 = score.tiers["C5"]
+    audit = Text("C5 ", "bold", no_wrap=True)
+    audit.append(f"audit {c5.passed}/{c5.denominator}" if c5.denominator else "audit –", "grey70")
+    audit.append(f" · {halluc} halluc.", "bold red" if halluc else "green")
+    lines.append(_fit(audit, width))
+    return lines
+
+
+def _fit(text: Text, width: int) -> Text:
+    text = text.copy()
+    text.truncate(width, overflow="ellipsis", pad=True)
+    return text
+
+
+def pyramid_panel(scores: RunScores | None, width: int = 60) -> Any:
+    """Every agent's pyramid side by side within `width` cells."""
+    if scores is None:
+        return Text("scoring…", "grey50")
+    if not scores.agents:
+        return Text("no jobs", "grey50")
+    agents = list(scores.agents.values())
+    gap = 3
+    per = max(20, (width - gap * (len(agents) - 1)) // len(agents))
+    blocks = [agent_pyramid(score, per) for score in agents]
+    lines = []
+    for row in range(max(len(block) for block in blocks)):
+        line = Text(no_wrap=True)
+        for index, block in enumerate(blocks):
+            if index:
+                line.append(" " * gap)
+            line.append_text(block[row] if row < len(block) else Text(" " * per))
+        lines.append(line)
+    return Text("\n").join(lines)
+
+
+TIER_BG = {"pass": "on dark_green", "fail": "on red3", "skip": "on grey30", "error": "on dark_orange3",
+           "running": "on dodger_blue3", "pending": "on grey15", None: "on grey11"}
+
+
+def job_pyramid(statuses: dict[str, str | None], selected_tier: str | None = None, width: int = 39) -> Text:
+    """One job's tiers as a stepped pyramid, C5 at the top, coloured by status."""
+    text = Text(no_wrap=True)
+    tiers = list(reversed(ALL_TIERS))
+    for index, tier in enumerate(tiers):
+        status = statuses.get(tier)
+        size = 14 + 5 * index  # 14 .. 39 cells
+        label = f"{tier} {GLYPH.get(status, '?')} {status if status not in (None,) else 'not scored'}"
+        block = label.center(size)
+        pad = (width - size) // 2
+        style = f"bold white {TIER_BG.get(status, 'on grey11')}"
+        if tier == selected_tier:
+            style += " underline"
+        text.append(" " * pad)
+        text.append(block, style)
+        text.append(" ◀" if tier == selected_tier else "  ", "bold")
+        if index < len(tiers) - 1:
+            text.append("\n")
+    return text
+
+
+# -- sparklines -------------------------------------------------------------------------------
+BLOCKS = " ▁▂▃▄▅▆▇█"
+
+
+def spark_text(values: Sequence[float | None], width: int, lo: float = 0.0, hi: float = 100.0,
+               style: str = "green") -> Text:
+    """The last `width` values as block characters on a FIXED lo..hi scale (0 % is a blank cell,
+    anything above lo at least one eighth); None (no sample) is a dim dot."""
+    shown = list(values)[-width:]
+    text = Text(no_wrap=True)
+    text.append(" " * (width - len(shown)))
+    span = (hi - lo) or 1.0
+    for value in shown:
+        if value is None:
+            text.append("·", "grey35")
+            continue
+        level = min(8, max(0, math.ceil((value - lo) / span * 8)))
+        colour = style
+        if style == "util":
+            colour = "green" if level <= 5 else ("yellow" if level <= 7 else "bold red")
+        text.append(BLOCKS[level] if level else "▁", colour if level else "grey30")
+    return text
+
+
+class FixedSparkline(Widget):
+    """A sparkline on a fixed scale (Textual's Sparkline rescales to its data's min/max, so a GPU at
+    3 % would draw as tall as one at 100 %). One cell per sample, newest on the right."""
+
+    DEFAULT_CSS = "FixedSparkline { height: 1; width: 1fr; }"
+    data: reactive[tuple[float | None, ...]] = reactive((), layout=False)
+
+    def __init__(self, lo: float = 0.0, hi: float = 100.0, style: str = "util", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.lo = lo
+        self.hi = hi
+        self.style_name = style
+
+    def set(self, values: Iterable[float | None], hi: float | None = None) -> None:
+        if hi is not None:
+            self.hi = hi
+        self.data = tuple(values)
+
+    def render(self) -> Text:
+        return spark_text(self.data, max(1, self.size.width), self.lo, self.hi, self.style_name)
+
+
+def gpu_line(host: HostView, gpu: int, samples: Sequence[Sample], now: float, spark_width: int = 16) -> Text:
+    """One GPU in one line: sparkline (fixed 0–100 %), utilisation, memory, power; or stale."""
+    name = Text(f"{host.name}:{gpu}".ljust(10), "bold", no_wrap=True)
+    if not samples:
+        return name + Text(" no samples yet", "grey50")
+    last = samples[-1]
+    age = now - last.ts
+    if age > STALE_SAMPLE_S:
+        return name + Text(f" stale · last sample {duration(age)} ago", "grey50 italic")
+    line = name + Text(" ") + spark_text([s.util for s in samples], spark_width, style="util")
+    util = f"{last.util:3.0f}%" if last.util is not None else "  —"
+    mem = (f"{(last.mem_used or 0) / 1024:5.1f}/{(last.mem_total or 0) / 1024:.0f}G"
+           if last.mem_total else "    —")
+    power = f"{last.power:4.0f}W" if last.power is not None else "   —"
+    line.append(f" {util} {mem} {power}")
+    return line
+
+
+def host_strip(hosts: dict[str, HostView], gpu: dict[tuple[str, int], Any], now: float | None = None,
+               spark_width: int = 16) -> Group:
+    now = now or time.time()
+    lines: list[Text] = []
+    for host in hosts.values():
+        ids = sorted(set(host.gpu_ids) | {g for (h, g) in gpu if h == host.name})
+        if not ids:
+            cpus = host.inventory.get("cpus")
+            lines.append(Text.assemble((host.name.ljust(10), "bold"), (" no GPU", "grey62"),
+                                       (f" · {cpus} CPUs" if cpus else "", "grey50"),
+                                       (f" · {host.state}", "green" if host.state == "up" else "red")))
+            continue
+        for index in ids:
+            lines.append(gpu_line(host, index, list(gpu.get((host.name, index), ())), now, spark_width))
+    if not lines:
+        lines.append(Text("no hosts recorded for this run yet", "grey50"))
+    return Group(*lines)
+
+
+# -- transcript highlighting ------------------------------------------------------------------
+class TranscriptHighlighter(Highlighter):
+    """Colours transcript lines by the marker they start with (see data.format_event)."""
+
+    RULES: tuple[tuple[re.Pattern[str], Style], ...] = (
+        (re.compile(r"^── .*"), Style(color="cyan", bold=True)),
+        (re.compile(r"^══ .*"), Style(color="magenta", bold=True)),
+        (re.compile(r"^› .*"), Style(color="bright_white", bold=True)),
+        (re.compile(r"^\$ .*"), Style(color="yellow")),
+        (re.compile(r"^▶ .*"), Style(color="dodger_blue1")),
+        (re.compile(r"^(↳|■) exit 0\b.*"), Style(color="green")),
+        (re.compile(r"^(↳|■) exit (-?[1-9]\d*|None)\b.*"), Style(color="red", bold=True)),
+        (re.compile(r"^(↳|■) .*"), Style(color="green")),
+        (re.compile(r"^  │ .*"), Style(color="grey62")),
+        (re.compile(r"^  … .*"), Style(color="grey50", italic=True)),
+        (re.compile(r"^◆ \S+ pass.*"), Style(color="green", bold=True)),
+        (re.compile(r"^◆ \S+ skip.*"), Style(color="grey58")),
+        (re.compile(r"^◆ \S+ error.*"), Style(color="yellow", bold=True)),
+        (re.compile(r"^◆ .*"), Style(color="red", bold=True)),
+        (re.compile(r"^! .*"), Style(color="bright_red", bold=True)),
+        (re.compile(r"^∑ .*"), Style(color="magenta")),
+        (re.compile(r"TIMED OUT|Traceback \(most recent call last\)|\bError\b[:\w]*"), Style(color="red", bold=True)),
+    )
+
+    def highlight(self, text: Text) -> None:
+        plain = text.plain
+        first = True
+        for pattern, style in self.RULES:
+            if pattern.pattern.startswith("^"):
+                if not first:
+                    continue
+                match = pattern.match(plain)
+                if match:
+                    text.stylize(style, match.start(), match.end())
+                    first = False
+            else:
+                for match in pattern.finditer(plain):
+                    text.stylize(style, match.start(), match.end())
