@@ -80,8 +80,17 @@ class RunScores:
 def latest_results(reader: StoreReader, run_id: str) -> dict[int, dict[str, dict[str, Any]]]:
     """The newest result of each tier of each job (a tier retry supersedes what it re-ran)."""
     latest: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
-    for row in reader.tier_results(run_id):
-        latest[row["job_id"]][row["tier"]] = row
+    rows = reader.conn.execute(
+        # Only C0's figures and C5's findings are read from the evidence: skip the other blobs.
+        "SELECT job_id, tier, status, category,"
+        " CASE WHEN tier IN ('C0', 'C5') THEN evidence_json END AS evidence_json"
+        " FROM tier_results WHERE run_id = ? ORDER BY id", (run_id,))
+    for job_id, tier, status, category, evidence_json in rows:
+        latest[job_id][tier] = {"status": status, "category": category, "evidence_json": evidence_json}
+    for tiers in latest.values():
+        for row in tiers.values():
+            text = row.pop("evidence_json")
+            row["evidence"] = json.loads(text) if text else {}
     return latest
 
 
@@ -116,7 +125,7 @@ def score_run(reader: StoreReader, run_id: str) -> RunScores:
         repos.append(row)
         c5 = results.get(job["id"], {}).get("C5")
         if c5 is not None:
-            evidence = json.loads(c5["evidence_json"] or "{}")
+            evidence = c5["evidence"]
             kinds = Counter(item["kind"] for item in evidence.get("hallucinations", []))
             if kinds:
                 hallucinated.append({"repo": job["repo_id"], "agent": job["agent"], **kinds})
@@ -139,7 +148,7 @@ def _count(score: AgentScore, tier: str, result: dict[str, Any]) -> None:
             tally.insufficient_hardware += 1
     else:
         tally.errors += 1
-    evidence = json.loads(result["evidence_json"] or "{}")
+    evidence = result["evidence"]
     if tier == "C0" and "census" in evidence:
         # A C0 that could not run (error) carries all-missing figures: it counts, never as zero-missing.
         census = evidence["census"]
