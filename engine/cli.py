@@ -66,14 +66,18 @@ def main() -> None:
 @click.option("--name", help="A name for the run.")
 @click.option("--tiers", "tiers_text", default="all", show_default=True, metavar="LIST",
               help="Tiers to score: `all`, `none`, or a comma list such as C0,C1,C5.")
+@click.option("--dry-run", is_flag=True, help="Print the job plan (jobs, tiers, GPUs, assets) and exit; "
+              "touches neither the store nor the network.")
 def run(
     benchmark: Path, suite: str | None, agents: tuple[str, ...], repos: tuple[str, ...], hosts: tuple[str, ...],
     db_path: Path | None,
     data_dir: Path | None, jobs: int | None, display: str | None, resume_id: str | None, name: str | None,
-    tiers_text: str,
+    tiers_text: str, dry_run: bool = False,
 ) -> None:
     """Run a suite of repo tasks × agents (or --resume one), recording everything in the store."""
     db = _db(db_path)
+    if resume_id and dry_run:
+        raise click.ClickException("--dry-run plans a new run; it does not go with --resume")
     if resume_id:
         reader = _reader(db)
         try:
@@ -90,6 +94,13 @@ def run(
             hosts=list(hosts) or [bench.defaults.host],
             jobs=jobs, name=name, tiers=parse_tiers(tiers_text), repos=repos,
         )
+        if dry_run:
+            from .dryrun import plan_jobs, render_plan
+            try:
+                click.echo(render_plan(plan, plan_jobs(bench, plan)), nl=False)
+            except SpecLookupError as error:
+                raise click.ClickException(str(error)) from error
+            return
         try:
             run_id = create_run(bench, plan, db, data_dir or default_data_dir())
         except SpecLookupError as error:

@@ -99,6 +99,10 @@ Schema (version 1)::
               # gpus: cpu must be 0, single_gpu must be 1 (default), multi_gpu >= 2 (default 2)
               # timeout optional: falls back to defaults.tier_timeouts C1 / C3 / C4
             not_applicable: {single_gpu: "no GPU code path", multi_gpu: "no GPU code path"}
+            assets:                  # issue 9, optional: what the entrypoints need, pinned
+              - {kind: hf, repo: <org/name>, revision: <40-hex>, size: <bytes>,
+                 repo_type: model, files: [], dest: null}   # dest: relative to the checkout
+              - {kind: url, url: <url>, sha256: <64-hex>, size: <bytes>, dest: null}
 
 Rules beyond types: every tier (cpu, single_gpu, multi_gpu) is in exactly one of `entrypoints`
 and `not_applicable` (with a non-empty reason); names of suites, agents and hosts and repo ids
@@ -151,7 +155,7 @@ from .yamlsource import (
 )
 
 __all__ = [
-    "AgentExtras", "BaselineAgent", "Benchmark", "Budgets", "ClaudeCodeAgent", "CodexAgent", "CommandAgent", "CpuEntrypoint", "Defaults", "Entrypoint",
+    "AgentExtras", "Asset", "BaselineAgent", "HfAsset", "UrlAsset", "Benchmark", "Budgets", "ClaudeCodeAgent", "CodexAgent", "CommandAgent", "CpuEntrypoint", "Defaults", "Entrypoint",
     "DockerOptions", "Entrypoints", "GitSource", "LocalHost", "SshHost", "LocalSource", "MultiGpuEntrypoint", "NotApplicable",
     "Price", "RepoTask", "Retries", "SingleGpuEntrypoint", "SpecError", "SpecIssue",
     "SpecLookupError", "Suite", "TEMPLATE_FIELDS", "TIERS", "TIER_CODES", "TemplateError",
@@ -806,12 +810,84 @@ class NotApplicable(SpecModel):
     multi_gpu: Text | None = None
 
 
+# ---- issue 9 (paper suite assets) ---------------------------------------------------------------
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+def _relative_path(value: str) -> str:
+    if value.startswith("/") or ".." in Path(value).parts:
+        raise ValueError(f"expected a path relative to the repo checkout, got {value!r}")
+    return value
+
+
+RelativePath = Annotated[str, Strict(), AfterValidator(_non_empty), AfterValidator(_relative_path)]
+
+
+class HfAsset(SpecModel):
+    """A Hugging Face Hub repo (model or dataset) at a pinned revision (a full 40-hex commit)."""
+
+    kind: Literal["hf"]
+    repo: Text                        # e.g. depth-anything/Depth-Anything-V2-Small
+    repo_type: Literal["model", "dataset", "space"] = "model"
+    revision: StrictText
+    size: PositiveInt                 # bytes, for the plan and disk checks
+    files: tuple[Text, ...] = ()      # only these files (default: the whole repo)
+    dest: RelativePath | None = None  # where in the checkout it goes (default: the HF cache)
+
+    @field_validator("revision")
+    @classmethod
+    def _full_sha(cls, value: str) -> str:
+        if not _COMMIT.match(value):
+            raise ValueError(f"expected a full 40-hex revision sha, got {value!r}")
+        return value.lower()
+
+    def label(self) -> str:
+        return f"hf:{self.repo}@{self.revision[:12]} ({_size(self.size)})"
+
+
+class UrlAsset(SpecModel):
+    """One file from a URL, checked by its sha256."""
+
+    kind: Literal["url"]
+    url: Text
+    sha256: StrictText
+    size: PositiveInt
+    dest: RelativePath | None = None
+
+    @field_validator("sha256")
+    @classmethod
+    def _sha256(cls, value: str) -> str:
+        if not _SHA256.match(value):
+            raise ValueError(f"expected a 64-hex sha256, got {value!r}")
+        return value.lower()
+
+    def label(self) -> str:
+        return f"url:{self.url} ({_size(self.size)})"
+
+
+def _size(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
+
+
+Asset = Annotated[
+    Union[Annotated[HfAsset, Tag("kind=hf")], Annotated[UrlAsset, Tag("kind=url")]],
+    Discriminator(_kind_tag, custom_error_type="unknown_kind",
+                  custom_error_message="known asset kinds: hf, url"),
+]
+# ---- end issue 9 --------------------------------------------------------------------------------
+
+
 class RepoTask(SpecModel):
     id: RepoId
     source: Source
     category: Text = "uncategorized"
     entrypoints: Entrypoints = Field(default_factory=Entrypoints)
     not_applicable: NotApplicable = Field(default_factory=NotApplicable)
+    assets: tuple[Asset, ...] = ()  # issue 9: weights/data the entrypoints need, pinned
 
     @classmethod
     def _rules(cls, data: dict[Any, Any], context: Any) -> list[_Problem]:
