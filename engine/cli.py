@@ -7,6 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -41,6 +42,15 @@ def _db(db_path: Path | None) -> Path:
 def _reader(db_path: Path | None) -> StoreReader:
     try:
         return StoreReader(_db(db_path))
+    except StoreError as error:
+        raise click.ClickException(str(error)) from error
+
+
+def _open_run(db_path: Path | None, run_ref: str) -> tuple[StoreReader, dict[str, Any]]:
+    """The store and the run `run_ref` names; a missing store or run is a CLI error, not a traceback."""
+    reader = _reader(db_path)
+    try:
+        return reader, reader.resolve_run(run_ref)
     except StoreError as error:
         raise click.ClickException(str(error)) from error
 
@@ -179,11 +189,7 @@ def list_runs(db_path: Path | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def show(run_ref: str, db_path: Path | None, as_json: bool) -> None:
     """Per-job table of a run (default: the latest) with one glyph per tier C0–C5."""
-    reader = _reader(db_path)
-    try:
-        run_row = reader.resolve_run(run_ref)
-    except StoreError as error:
-        raise click.ClickException(str(error)) from error
+    reader, run_row = _open_run(db_path, run_ref)
     rows = job_rows(reader, run_row["id"])
     if as_json:
         click.echo(json.dumps({"run": run_row | {"spec_json": None}, "jobs": rows}, indent=2, default=str))
@@ -207,11 +213,7 @@ def show(run_ref: str, db_path: Path | None, as_json: bool) -> None:
 @click.option("--figure", type=click.Path(path_type=Path), help="Also write the pyramid figure (.png or .svg).")
 def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None) -> None:
     """Scores of a run: per agent C0 ratios, C1–C4 pass rates with denominators, C5 hallucinations."""
-    reader = _reader(db_path)
-    try:
-        run_row = reader.resolve_run(run_ref)
-    except StoreError as error:
-        raise click.ClickException(str(error)) from error
+    reader, run_row = _open_run(db_path, run_ref)
     scores = score_run(reader, run_row["id"])
     click.echo(render(scores, fmt), nl=False)
     if figure is not None:

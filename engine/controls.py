@@ -60,19 +60,22 @@ class ControlApplier:
         return "applied", "run cancelled: running jobs killed, results kept"
 
     # -- job level --------------------------------------------------------------------------
-    def job_pause(self, job: dict[str, Any]) -> tuple[str, str]:
+    def _sandbox(self, job: dict[str, Any]) -> Any | None:
+        """The sandbox of the job's running attempt, if it has one yet."""
         running = self.engine.running.get(job["id"])
-        if running is None or running.attempt is None or running.attempt.sandbox is None:
+        return None if running is None or running.attempt is None else running.attempt.sandbox
+
+    def job_pause(self, job: dict[str, Any]) -> tuple[str, str]:
+        if (sandbox := self._sandbox(job)) is None:
             return "rejected", f"job {job['key']} is {job['state']}, not running"
-        running.attempt.sandbox.pause()
+        sandbox.pause()
         self._set_job_state(job, "paused")
         return "applied", f"job {job['key']} paused (processes stopped)"
 
     def job_resume(self, job: dict[str, Any]) -> tuple[str, str]:
-        running = self.engine.running.get(job["id"])
-        if running is None or running.attempt is None or running.attempt.sandbox is None:
+        if (sandbox := self._sandbox(job)) is None:
             return "rejected", f"job {job['key']} is {job['state']}, not paused"
-        running.attempt.sandbox.resume()
+        sandbox.resume()
         self._set_job_state(job, "running")
         return "applied", f"job {job['key']} resumed"
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import sqlite_utils
 
+from .runref import find_run
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000
@@ -256,20 +257,7 @@ class StoreReader:
 
     def resolve_run(self, ref: str | None) -> dict[str, Any]:
         """A run by id, unique id prefix, or `latest` / None for the newest."""
-        if ref in (None, "latest"):
-            found = self.rows("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1")
-            if not found:
-                raise StoreError(f"no runs in {self.path}")
-            return found[0]
-        found = self.rows("SELECT * FROM runs WHERE id = ? OR id LIKE ?", (ref, f"{ref}%"))
-        exact = [row for row in found if row["id"] == ref]
-        if exact:
-            return exact[0]
-        if len(found) == 1:
-            return found[0]
-        if not found:
-            raise StoreError(f"no run {ref!r} in {self.path}")
-        raise StoreError(f"{ref!r} matches several runs: {', '.join(r['id'] for r in found)}")
+        return find_run(self.rows, ref, self.path, StoreError)
 
     def jobs(self, run_id: str) -> list[dict[str, Any]]:
         return self.rows("SELECT * FROM jobs WHERE run_id = ? ORDER BY id", (run_id,))

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,39 +18,70 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 RESENV = [sys.executable, "-m", "resenv.engine.cli"]
 
 
-def write_benchmark(root: Path, repos: dict[str, dict[str, str]], agents: str, *, hosts: str = "", defaults: str = "") -> Path:
-    """A benchmark.yaml in `root` with bundled repos (id -> {file: content}) and the given agents block."""
-    repo_entries = []
+def bundle_repos(root: Path, repos: dict[str, dict[str, str]]) -> str:
+    """Write each repo (id -> {file: content}) under `root`/suites; return suite `s` with them, as YAML."""
+    entries = []
     for repo_id, files in repos.items():
         tree = root / "suites" / repo_id
         tree.mkdir(parents=True, exist_ok=True)
         for name, content in files.items():
             (tree / name).write_text(content)
-        repo_entries.append(textwrap.dedent(f"""\
+        entries.append(textwrap.dedent(f"""\
               - id: {repo_id}
                 source: {{path: suites/{repo_id}}}
                 entrypoints:
                   cpu: {{command: "{{python}} main.py"}}
                 not_applicable: {{single_gpu: no GPU code, multi_gpu: no GPU code}}
         """))
+    return "suites:\n  s:\n    repos:\n" + textwrap.indent("".join(entries), "    ")
+
+
+def write_benchmark(root: Path, repos: dict[str, dict[str, str]], agents: str, *, hosts: str = "", defaults: str = "") -> Path:
+    """A benchmark.yaml in `root` with bundled repos (id -> {file: content}) and the given agents block."""
     text = "version: 1\n"
     text += "defaults:\n  suite: s\n  agent: a\n  host: local\n  retries: {infra: 0, backoff_s: 0.1}\n" + defaults
     text += "hosts:\n  local: {kind: local, slots: 4, gpus: 0}\n" + hosts
     text += "agents:\n" + textwrap.indent(textwrap.dedent(agents), "  ")
-    text += "suites:\n  s:\n    repos:\n" + textwrap.indent("".join(repo_entries), "    ")
+    text += bundle_repos(root, repos)
     path = root / "benchmark.yaml"
     path.write_text(text)
     return path
 
 
-@pytest.fixture
-def cli_env(tmp_path: Path) -> dict[str, str]:
+def rows(db: Path, sql: str, params: tuple = ()) -> list[dict]:
+    """Query results of a run's store as dicts."""
+    conn = sqlite3.connect(db)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(row) for row in conn.execute(sql, params)]
+    finally:
+        conn.close()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1) -> Any:
+    """Poll `predicate` until it returns something truthy (returned), or fail the test after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+def cli_environ(tmp_path: Path) -> dict[str, str]:
     """Environment for CLI subprocesses: a private DB and data dir."""
     env = dict(os.environ)
     env["RESENV_DB"] = str(tmp_path / "store.db")
     env["RESENV_DATA_DIR"] = str(tmp_path / "data")
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+@pytest.fixture
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    """Environment for CLI subprocesses: a private DB and data dir."""
+    return cli_environ(tmp_path)
 
 
 def resenv(*args: str, env: dict[str, str], cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engine.runref import find_run
 from ..engine.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:  # imported lazily: engine.store pulls in sqlite_utils, engine.scoring the probes
@@ -329,22 +330,9 @@ def resolve_run(db_path: Path, ref: str | None) -> dict[str, Any]:
     """A run by id, unique id prefix, or `latest` / None (as StoreReader.resolve_run)."""
     reader = Reader(db_path)
     try:
-        if ref in (None, "latest"):
-            found = reader.rows("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1")
-            if not found:
-                raise FeedError(f"no runs in {db_path}")
-            return found[0]
-        found = reader.rows("SELECT * FROM runs WHERE id = ? OR id LIKE ?", (ref, f"{ref}%"))
+        return find_run(reader.rows, ref, db_path, FeedError)
     finally:
         reader.close()
-    exact = [row for row in found if row["id"] == ref]
-    if exact:
-        return exact[0]
-    if len(found) == 1:
-        return found[0]
-    if not found:
-        raise FeedError(f"no run {ref!r} in {db_path}")
-    raise FeedError(f"{ref!r} matches several runs: {', '.join(row['id'] for row in found)}")
 
 
 def store_reader(db_path: Path) -> StoreReader:

@@ -41,8 +41,7 @@ from .transcript import (
     as_int,
     compact_json,
     head,
-    load_line,
-    output,
+    stdout_object,
     tail,
     unknown,
 )
@@ -88,17 +87,9 @@ class ClaudeCodeAgent(CliAgent):
 
 
 def parse_claude_line(line: OutputLine) -> list[dict[str, Any]]:
-    if line.stream != "stdout":
-        return [output(line.stream, line.text)]
-    data, why = load_line(line.text)
+    data, events = stdout_object(line)
     if data is None:
-        if why == "empty":
-            return [output("stdout", line.text)]
-        if line.truncated:
-            return [unknown(line.text, f"line cut at {len(line.text)} of {line.nbytes} bytes")]
-        return [output("stdout", line.text)] if why == "not json" else [unknown(line.text, why)]
-    if not isinstance(data, dict):
-        return [unknown(line.text, "not an object")]
+        return events
     kind = data.get("type")
     handler = _HANDLERS.get(kind) if isinstance(kind, str) else None
     if handler is None:

@@ -48,7 +48,7 @@ from ..sandbox.base import OutputLine
 from ..spec import render
 from .base import JobPaths
 from .llm import CliAgent
-from .transcript import as_int, compact_json, head, load_line, output, tail, unknown
+from .transcript import as_int, compact_json, head, stdout_object, tail, unknown
 from .usage import from_openai
 
 
@@ -99,17 +99,9 @@ class CodexAgent(CliAgent):
 
 
 def parse_codex_line(line: OutputLine) -> list[dict[str, Any]]:
-    if line.stream != "stdout":
-        return [output(line.stream, line.text)]
-    data, why = load_line(line.text)
+    data, events = stdout_object(line)
     if data is None:
-        if why == "empty":
-            return [output("stdout", line.text)]
-        if line.truncated:
-            return [unknown(line.text, f"line cut at {len(line.text)} of {line.nbytes} bytes")]
-        return [output("stdout", line.text)] if why == "not json" else [unknown(line.text, why)]
-    if not isinstance(data, dict):
-        return [unknown(line.text, "not an object")]
+        return events
     if "type" not in data and isinstance(data.get("msg"), dict):
         return _legacy(data["msg"], line.text)
     kind = data.get("type")

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..sandbox.base import OutputLine
 from .base import AgentCommand, JobPaths
-from .llm import agent_secrets
+from .llm import SpecAgent
 from .prompt import render_prompt
 from .transcript import cap_fields, load_line, output, safe_keys, unknown
 
@@ -26,17 +26,8 @@ JSONL_TYPES = {"message", "thinking", "tool_call", "tool_result", "usage", "comp
                "session", "status"}
 
 
-class CommandAgent:
-    uses_prompt = True
-
-    def __init__(self, name: str, spec: Any) -> None:
-        self.name = name
-        self.spec = spec
-        self.secrets = agent_secrets(spec)
-
-    @property
-    def model(self) -> str | None:
-        return getattr(self.spec, "model", None)
+class CommandAgent(SpecAgent):
+    """Any CLI given as a template over the job's paths (see the module docstring)."""
 
     def command(self, paths: JobPaths, prompt: str | None = None) -> AgentCommand:
         values = paths.template_values()

@@ -21,11 +21,10 @@ def agent_secrets(spec: Any) -> AgentSecrets:
     return secrets
 
 
-class CliAgent:
-    """Base of the CLI adapters; subclasses give `argv(paths)`, `default_env()` and `parse`."""
+class SpecAgent:
+    """An agent run from its spec, given the task prompt; its secrets are registered when it is built."""
 
     uses_prompt = True
-    kind = "cli"
 
     def __init__(self, name: str, spec: Any) -> None:
         self.name = name
@@ -35,6 +34,12 @@ class CliAgent:
     @property
     def model(self) -> str | None:
         return getattr(self.spec, "model", None)
+
+
+class CliAgent(SpecAgent):
+    """Base of the CLI adapters; subclasses give `argv(paths)`, `default_env()` and `parse`."""
+
+    kind = "cli"
 
     @property
     def completion_grace_s(self) -> float:

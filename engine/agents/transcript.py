@@ -43,6 +43,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..sandbox.base import OutputLine
+
 TEXT_CAP = 16_384  # characters of assistant text / thinking kept in an event (head)
 OUTPUT_CAP = 4_000  # characters of tool output kept (tail: errors are at the end)
 INPUT_CAP = 2_000  # characters of a tool input's JSON kept
@@ -105,6 +107,26 @@ def load_line(text: str) -> tuple[Any, str | None]:
         return json.loads(stripped), None
     except ValueError as error:
         return None, f"invalid json: {error}"
+
+
+def stdout_object(line: OutputLine) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """A stream-json CLI's line as (its JSON object, []), or (None, the events that stand for it).
+
+    stderr, blank and non-JSON lines are plain output; cut or malformed JSON and non-objects are
+    ``unknown`` events, so nothing an agent printed is lost.
+    """
+    if line.stream != "stdout":
+        return None, [output(line.stream, line.text)]
+    data, why = load_line(line.text)
+    if data is None:
+        if why == "empty":
+            return None, [output("stdout", line.text)]
+        if line.truncated:
+            return None, [unknown(line.text, f"line cut at {len(line.text)} of {line.nbytes} bytes")]
+        return None, [output("stdout", line.text)] if why == "not json" else [unknown(line.text, why)]
+    if not isinstance(data, dict):
+        return None, [unknown(line.text, "not an object")]
+    return data, []
 
 
 def safe_keys(event: dict[str, Any]) -> dict[str, Any]:

@@ -58,9 +58,23 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from .base import ExecResult, OutputLine, SandboxError, SandboxPathError
-from .lines import LineSplitter, RawLine
-from .process import DEFAULT_PATH, KILL_RESULT_WAIT_S, READ_CHUNK
-from .ssh_process import MARK, remote_command
+from .common import (
+    ExecTimer,
+    GroupRun,
+    OutputSink,
+    PauseClock,
+    PgidHeader,
+    copy_back,
+    exec_args,
+    group_targets,
+    kill_script,
+    log_paths,
+    mirrored_cwd,
+    remote_command,
+    resolve_mirrored,
+    sandbox_env,
+    wait_done,
+)
 
 log = logging.getLogger(__name__)
 
@@ -107,15 +121,8 @@ async def forward_docker_socket(host: Any, remote: str | None = None) -> str:
 
 
 @dataclass(eq=False)
-class _DockerRun:
+class _DockerRun(GroupRun):
     exec_id: str | None = None
-    pgid: int | None = None
-    pgid_known: asyncio.Event = field(default_factory=asyncio.Event)
-    timed_out: bool = False
-    killed: bool = False
-    signalled: bool = False
-    error: BaseException | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
     sock: Any = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -149,10 +156,7 @@ class DockerSandbox:
         self._create_lock = asyncio.Lock()
         self._staged: set[str] = set()
         self._runs: set[_DockerRun] = set()
-        self._paused_since: float | None = None
-        self._paused_total = 0.0
-        self._resumed = asyncio.Event()
-        self._resumed.set()
+        self._clock = PauseClock()
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
         self.timings: dict[str, float] = {}
@@ -254,10 +258,7 @@ class DockerSandbox:
 
     # -- environment ------------------------------------------------------------------------
     def child_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        out = {"PATH": DEFAULT_PATH, "HOME": str(self.home), "TMPDIR": str(self.tmp),
-               "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
-        if env:
-            out.update(env)
+        out = sandbox_env(self.home, self.tmp, env)
         visible = out.get("CUDA_VISIBLE_DEVICES")
         if visible is not None and self.gpus:
             # inside the container the leased GPUs are numbered 0..n-1
@@ -266,15 +267,9 @@ class DockerSandbox:
                                                    for part in visible.split(",") if part.strip())
         return out
 
-    def _paused_time(self, now: float | None = None) -> float:
-        total = self._paused_total
-        if self._paused_since is not None:
-            total += (time.monotonic() if now is None else now) - self._paused_since
-        return total
-
     @property
     def paused(self) -> bool:
-        return self._paused_since is not None
+        return self._clock.paused
 
     # -- exec ---------------------------------------------------------------------------------
     async def exec(
@@ -285,24 +280,16 @@ class DockerSandbox:
     ) -> ExecResult:
         if self._closed:
             raise SandboxError("sandbox is closed")
-        args = [os.fspath(a) for a in argv]
-        if not args:
-            raise ValueError("argv is empty")
-        run_cwd = str(self.workdir if cwd is None else (Path(cwd) if Path(cwd).is_absolute() else self.workdir / cwd))
+        args = exec_args(argv)
+        run_cwd = mirrored_cwd(self.workdir, cwd)
         if timeout is not None:
             backstop = timeout + max(300.0, timeout)
             args = ["timeout", "-k", str(BACKSTOP_GRACE_S), f"{backstop:.0f}", *args]
         command = ["sh", "-c", remote_command(args, self.child_env(env), run_cwd)]
-        stdout_path, stderr_path = Path(f"{log_prefix}.stdout"), Path(f"{log_prefix}.stderr")
-        stdout_path.parent.mkdir(parents=True, exist_ok=True)
-        started = time.monotonic()
-        paused_at_start = self._paused_time()
+        stdout_path, stderr_path = log_paths(log_prefix)
+        timer = ExecTimer(self._clock, timeout_name, stdout_path, stderr_path)
 
-        def active(now: float | None = None) -> float:
-            now = time.monotonic() if now is None else now
-            return (now - started) - (self._paused_time(now) - paused_at_start)
-
-        await self._resumed.wait()
+        await self._clock.resumed.wait()
         await self._ensure()
         if self._closed:
             raise SandboxError("sandbox is closed")
@@ -310,21 +297,16 @@ class DockerSandbox:
         self._runs.add(run)
         try:
             with open(stdout_path, "wb") as out_f, open(stderr_path, "wb") as err_f:
-                code = await self._supervise(run, command, stdin, out_f, err_f, on_line, on_start, timeout, active)
+                code = await self._supervise(run, command, stdin, out_f, err_f, on_line, on_start, timeout, timer)
         finally:
             self._runs.discard(run)
             run.done.set()
-        now = time.monotonic()
-        return ExecResult(
-            returncode=code, timed_out=run.timed_out, timeout_name=timeout_name if run.timed_out else None,
-            killed=run.killed, duration_s=now - started, active_s=max(0.0, active(now)),
-            stdout_path=stdout_path, stderr_path=stderr_path,
-        )
+        return timer.result(code, run.timed_out, run.killed)
 
     async def _supervise(
         self, run: _DockerRun, command: list[str], stdin: bytes | None, out_f: BinaryIO, err_f: BinaryIO,
         on_line: Callable[[OutputLine], None] | None, on_start: Callable[[int], None] | None,
-        timeout: float | None, active: Callable[[], float],
+        timeout: float | None, timer: ExecTimer,
     ) -> int | None:
         api = self.client.api
         loop = asyncio.get_running_loop()
@@ -356,25 +338,9 @@ class DockerSandbox:
 
         thread = threading.Thread(target=reader, name="docker-exec", daemon=True)
         thread.start()
-        watcher = asyncio.create_task(self._deadline(run, timeout, active)) if timeout is not None else None
-        splitters = {1: LineSplitter(), 2: LineSplitter()} if on_line is not None else {}
-        counts = {1: 0, 2: 0}
-        header = b""
-        header_done = False
-
-        def deliver(stream_id: int, lines: list[RawLine]) -> None:
-            assert on_line is not None
-            name = "stdout" if stream_id == 1 else "stderr"
-            for line in lines:
-                counts[stream_id] += 1
-                on_line(OutputLine(name, counts[stream_id], line.text(), line.nbytes, line.truncated))
-
-        def write(stream_id: int, chunk: bytes) -> None:
-            f = out_f if stream_id == 1 else err_f
-            f.write(chunk)
-            f.flush()
-            if stream_id in splitters:
-                deliver(stream_id, splitters[stream_id].feed(chunk))
+        watcher = asyncio.create_task(self._deadline(run, timeout, timer)) if timeout is not None else None
+        sinks = {1: OutputSink(out_f, "stdout", on_line), 2: OutputSink(err_f, "stderr", on_line)}
+        header = PgidHeader()
 
         try:
             while True:
@@ -382,35 +348,26 @@ class DockerSandbox:
                 if item is None:
                     break
                 stream_id, chunk = item
-                if stream_id == 2 and not header_done:
-                    header += chunk
-                    newline = header.find(b"\n")
-                    if newline < 0 and len(header) < 256:
-                        continue
-                    header_done = True
-                    first, chunk = header[: newline + 1], header[newline + 1 :]
-                    if first.startswith(MARK):
-                        with contextlib.suppress(ValueError):
-                            run.pgid = int(first[len(MARK):].strip())
-                            run.pgid_known.set()
-                            if on_start is not None:
-                                on_start(run.pgid)
-                            if self._closed or run.killed:
-                                self._spawn(self._signal_groups([run], "KILL"))
-                    else:
-                        chunk = first + chunk
+                if stream_id == 2 and not header.done:
+                    pgid, chunk = header.feed(chunk)
+                    if pgid is not None:
+                        run.pgid = pgid
+                        run.pgid_known.set()
+                        if on_start is not None:
+                            on_start(pgid)
+                        if self._closed or run.killed:
+                            self._spawn(self._signal_groups([run], "KILL"))
                     if not chunk:
                         continue
                 try:
-                    write(stream_id if stream_id in (1, 2) else 1, chunk)
+                    sinks[stream_id if stream_id in (1, 2) else 1].write(chunk)
                 except Exception as error:  # on_line raised or the disk is full: stop the command
-                    if run.error is None:
-                        run.error = error
+                    run.fail(error)
                     self._spawn(self._signal_groups([run], "KILL"))
-            if not header_done and header:
-                write(2, header)
-            for stream_id, splitter in splitters.items():
-                deliver(stream_id, splitter.flush())
+            if rest := header.leftover():
+                sinks[2].write(rest)
+            for sink in sinks.values():
+                sink.close()
             run.finished.set()
             if watcher is not None:
                 if run.timed_out:
@@ -426,11 +383,9 @@ class DockerSandbox:
             code = info.get("ExitCode")
             if code is None:
                 raise SandboxError("docker: the exec ended without an exit code (daemon or container gone)")
-            if run.signalled and 128 < code <= 128 + 64:
-                return -(code - 128)
             if code == 124 and run.timed_out:  # the backstop and the deadline agree
                 return -signal.SIGTERM
-            return code
+            return run.exit_code(code)
         except asyncio.CancelledError:
             run.killed = True
             raise
@@ -445,15 +400,8 @@ class DockerSandbox:
                 raw.close()
             await asyncio.to_thread(thread.join, 5)
 
-    async def _deadline(self, run: _DockerRun, timeout: float, active: Callable[[], float]) -> None:
-        while True:
-            if not self._resumed.is_set():
-                await self._resumed.wait()
-                continue
-            remaining = timeout - active()
-            if remaining <= 0:
-                break
-            await asyncio.sleep(remaining)
+    async def _deadline(self, run: _DockerRun, timeout: float, timer: ExecTimer) -> None:
+        await timer.expire(timeout)
         if run.finished.is_set():
             return
         run.timed_out = True
@@ -464,21 +412,11 @@ class DockerSandbox:
 
     async def _signal_groups(self, runs: list[_DockerRun], sig: str, also_cont: bool = False,
                              wait_pgid: bool = True) -> None:
-        groups = []
-        for run in runs:
-            if run.pgid is None and wait_pgid:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(run.pgid_known.wait(), 10)
-            if run.pgid is not None:
-                groups.append(run.pgid)
-                if sig in ("TERM", "KILL"):
-                    run.signalled = True
+        groups = await group_targets(runs, sig, wait_pgid)
         if not groups or self.container is None:
             return
-        targets = " ".join(f"-{pgid}" for pgid in groups)
-        script = f"kill -{sig} {targets} 2>/dev/null" + (f"; kill -CONT {targets} 2>/dev/null" if also_cont else "")
         with contextlib.suppress(SandboxError):
-            await self._exec_simple(["sh", "-c", script + "; true"], user="0")
+            await self._exec_simple(["sh", "-c", kill_script(groups, sig, also_cont)], user="0")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -488,21 +426,17 @@ class DockerSandbox:
     # -- control ----------------------------------------------------------------------------
     def pause(self) -> None:
         """`docker pause`: the cgroup freezer stops everything in the container; clocks stop too."""
-        if self._paused_since is not None:
+        if not self._clock.pause():
             return
-        self._paused_since = time.monotonic()
-        self._resumed.clear()
         if self.container is not None:
             self._spawn(self._call(self.container.pause))
 
     def resume(self) -> None:
-        if self._paused_since is None:
+        if not self._clock.paused:
             return
         if self.container is not None:
             self._spawn(self._call(self.container.unpause))
-        self._paused_total += time.monotonic() - self._paused_since
-        self._paused_since = None
-        self._resumed.set()
+        self._clock.resume()
 
     async def kill(self) -> None:
         runs = list(self._runs)
@@ -510,14 +444,11 @@ class DockerSandbox:
             run.killed = True
         if not runs:
             return
-        if self._paused_since is not None and self.container is not None:
+        if self._clock.paused and self.container is not None:
             with contextlib.suppress(SandboxError):
                 await self._call(self.container.unpause)
         await self._signal_groups(runs, "KILL")
-        waits = [asyncio.create_task(run.done.wait()) for run in runs]
-        _, pending = await asyncio.wait(waits, timeout=KILL_RESULT_WAIT_S)
-        for task in pending:
-            task.cancel()
+        await wait_done(runs)
 
     async def close(self) -> None:
         """Kill what runs, then remove the container (its checkpoint image stays until the run's end)."""
@@ -544,15 +475,7 @@ class DockerSandbox:
 
     # -- files ------------------------------------------------------------------------------
     def resolve(self, rel_path: str) -> str:
-        if not rel_path or "\x00" in rel_path:
-            raise SandboxPathError(f"invalid path: {rel_path!r}")
-        if os.path.isabs(rel_path):
-            raise SandboxPathError(f"absolute path not allowed: {rel_path!r}")
-        root = str(self.workdir)
-        target = posixpath.normpath(posixpath.join(root, rel_path))
-        if target != root and not target.startswith(root + "/"):
-            raise SandboxPathError(f"path escapes the sandbox: {rel_path!r}")
-        return target
+        return resolve_mirrored(self.workdir, rel_path)
 
     async def _check_real(self, target: str, rel_path: str) -> None:
         root = shlex.quote(str(self.workdir))
@@ -633,17 +556,7 @@ class DockerSandbox:
             self._staged.add(str(path))
 
     async def sync_back(self, rel_path: str, max_bytes: int = 50 * 2**20) -> None:
-        local = self.workdir / rel_path
-        try:
-            data = await self.get(rel_path, max_bytes)
-        except FileNotFoundError:
-            if local.is_file() or local.is_symlink():
-                local.unlink()
-            return
-        except SandboxError:
-            return
-        local.parent.mkdir(parents=True, exist_ok=True)
-        local.write_bytes(data)
+        await copy_back(self.get, self.workdir, rel_path, max_bytes)
 
     async def path_status(self, path: str) -> tuple[bool, bool]:
         await self._ensure()

@@ -22,20 +22,31 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from .base import ExecResult, OutputLine, SandboxError, SandboxPathError
-from .lines import LineSplitter, RawLine
+from .common import (
+    DEFAULT_PATH,
+    LEFTOVER_GRACE_S,
+    READ_CHUNK,
+    ExecTimer,
+    OutputSink,
+    PauseClock,
+    RunState,
+    check_rel_path,
+    exec_args,
+    log_paths,
+    sandbox_env,
+    wait_done,
+)
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-READ_CHUNK = 64 * 1024
-LEFTOVER_GRACE_S = 2.0  # how long a leftover may hold a pipe open after the main process exited
+__all__ = ["DEFAULT_PATH", "ProcessSandbox", "kill_stale_group"]
+
 KILL_WAIT_S = 5.0  # how long to wait for a SIGKILLed group to vanish before giving up (and logging)
-KILL_RESULT_WAIT_S = 10.0  # how long kill() waits for the killed execs to return
 
 
 def _group_members(pgid: int) -> list[int]:
@@ -106,16 +117,12 @@ async def _wait_group_gone(pgid: int, limit_s: float) -> bool:
     return True
 
 
-@dataclass(eq=False)
-class _Run:
-    """Book-keeping for one running exec."""
+@dataclass(eq=False, kw_only=True)
+class _Run(RunState):
+    """Book-keeping for one running local process group."""
 
     proc: asyncio.subprocess.Process
     pgid: int
-    timed_out: bool = False
-    killed: bool = False
-    error: BaseException | None = None  # first failure in a pump (on_line raised, disk full...)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class ProcessSandbox:
@@ -147,27 +154,14 @@ class ProcessSandbox:
         self.term_grace_s = term_grace_s
         self.leftover_grace_s = LEFTOVER_GRACE_S
         self._runs: set[_Run] = set()
-        self._paused_since: float | None = None
-        self._paused_total = 0.0
-        self._resumed = asyncio.Event()
-        self._resumed.set()
+        self._clock = PauseClock()
         self._closed = False
 
     # -- environment -------------------------------------------------------------------------------
 
     def child_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """The complete environment of a command; nothing is inherited from ``os.environ``."""
-        out = {
-            "PATH": DEFAULT_PATH,
-            "HOME": str(self.home),
-            "TMPDIR": str(self.tmp),
-            "LANG": "C.UTF-8",
-            "PYTHONUNBUFFERED": "1",
-        }
-        out.update(self.base_env)
-        if env:
-            out.update(env)
-        return out
+        return sandbox_env(self.home, self.tmp, self.base_env, env)
 
     def _exec_cwd(self, cwd: Path | None) -> Path:
         if cwd is None:
@@ -184,14 +178,7 @@ class ProcessSandbox:
 
     @property
     def paused(self) -> bool:
-        return self._paused_since is not None
-
-    def _paused_time(self, now: float | None = None) -> float:
-        """Total seconds this sandbox has spent paused up to ``now`` (a monotonic counter)."""
-        total = self._paused_total
-        if self._paused_since is not None:
-            total += (time.monotonic() if now is None else now) - self._paused_since
-        return total
+        return self._clock.paused
 
     # -- exec --------------------------------------------------------------------------------------
 
@@ -211,37 +198,13 @@ class ProcessSandbox:
         """Run ``argv`` to completion (or timeout/kill); see the class docstring for the rules."""
         if self._closed:
             raise SandboxError("sandbox is closed")
-        args = [os.fspath(a) for a in argv]
-        if not args:
-            raise ValueError("argv is empty")
+        args = exec_args(argv)
         run_cwd = self._exec_cwd(cwd)
         child_env = self.child_env(env)
-        stdout_path = Path(f"{log_prefix}.stdout")
-        stderr_path = Path(f"{log_prefix}.stderr")
-        stdout_path.parent.mkdir(parents=True, exist_ok=True)
-        stderr_path.parent.mkdir(parents=True, exist_ok=True)
+        stdout_path, stderr_path = log_paths(log_prefix)
+        timer = ExecTimer(self._clock, timeout_name, stdout_path, stderr_path)
 
-        started = time.monotonic()
-        paused_at_start = self._paused_time()
-
-        def active(now: float | None = None) -> float:
-            now = time.monotonic() if now is None else now
-            return (now - started) - (self._paused_time(now) - paused_at_start)
-
-        def result(returncode: int | None, timed_out: bool, killed: bool) -> ExecResult:
-            now = time.monotonic()
-            return ExecResult(
-                returncode=returncode,
-                timed_out=timed_out,
-                timeout_name=timeout_name if timed_out else None,
-                killed=killed,
-                duration_s=now - started,
-                active_s=max(0.0, active(now)),
-                stdout_path=stdout_path,
-                stderr_path=stderr_path,
-            )
-
-        await self._resumed.wait()  # an exec issued while paused starts on resume
+        await self._clock.resumed.wait()  # an exec issued while paused starts on resume
         if self._closed:
             raise SandboxError("sandbox is closed")
 
@@ -281,7 +244,7 @@ class ProcessSandbox:
                 err_f.write(msg.encode() + b"\n")
                 if on_line is not None:
                     on_line(OutputLine("stderr", 1, msg, len(msg.encode()), False))
-                return result(rc, False, False)
+                return timer.result(rc, False, False)
 
             run = _Run(proc=proc, pgid=proc.pid)  # start_new_session: the leader's pid is the pgid
             if on_start is not None:
@@ -290,11 +253,11 @@ class ProcessSandbox:
             if self._closed:  # closed (killed) while we were spawning
                 run.killed = True
                 self._signal(run, signal.SIGKILL)
-            elif self._paused_since is not None:  # paused while we were spawning
+            elif self._clock.paused:  # paused while we were spawning
                 self._signal(run, signal.SIGSTOP)
             try:
                 return await self._supervise(
-                    run, out_r, err_r, in_w, stdin, out_f, err_f, on_line, timeout, active, result
+                    run, out_r, err_r, in_w, stdin, out_f, err_f, on_line, timeout, timer
                 )
             finally:
                 self._runs.discard(run)
@@ -319,8 +282,7 @@ class ProcessSandbox:
         err_f: BinaryIO,
         on_line: Callable[[OutputLine], None] | None,
         timeout: float | None,
-        active: Callable[[], float],
-        result: Callable[[int | None, bool, bool], ExecResult],
+        timer: ExecTimer,
     ) -> ExecResult:
         """Pump output, enforce the deadline, reap; always leaves no process of the group behind."""
         loop = asyncio.get_running_loop()
@@ -350,11 +312,11 @@ class ProcessSandbox:
                 stdin_transport.close()
 
             pumps = [
-                asyncio.create_task(self._pump(run, readers[0], out_f, "stdout", on_line)),
-                asyncio.create_task(self._pump(run, readers[1], err_f, "stderr", on_line)),
+                asyncio.create_task(self._pump(run, readers[0], OutputSink(out_f, "stdout", on_line))),
+                asyncio.create_task(self._pump(run, readers[1], OutputSink(err_f, "stderr", on_line))),
             ]
             if timeout is not None:
-                watcher = asyncio.create_task(self._deadline(run, timeout, active))
+                watcher = asyncio.create_task(self._deadline(run, timeout, timer))
 
             await run.proc.wait()
             if watcher is not None:
@@ -376,7 +338,7 @@ class ProcessSandbox:
                     task.cancel()
             if run.error is not None:
                 raise run.error
-            return result(run.proc.returncode, run.timed_out, run.killed)
+            return timer.result(run.proc.returncode, run.timed_out, run.killed)
         except BaseException:
             # Cancelled (or a pump failed): the group must not outlive us.
             if run.error is None:
@@ -411,51 +373,22 @@ class ProcessSandbox:
             if not await _wait_group_gone(run.pgid, KILL_WAIT_S):
                 log.warning("process group %d still has live processes after SIGKILL", run.pgid)
 
-    async def _pump(
-        self,
-        run: _Run,
-        reader: asyncio.StreamReader,
-        f: BinaryIO,
-        stream: str,
-        on_line: Callable[[OutputLine], None] | None,
-    ) -> None:
+    async def _pump(self, run: _Run, reader: asyncio.StreamReader, sink: OutputSink) -> None:
         """Copy one pipe to its raw file and feed lines to ``on_line`` until EOF."""
-        splitter = LineSplitter() if on_line is not None else None
-        line_no = 0
-
-        def deliver(lines: list[RawLine]) -> None:
-            nonlocal line_no
-            assert on_line is not None
-            for raw in lines:
-                line_no += 1
-                on_line(OutputLine(stream, line_no, raw.text(), raw.nbytes, raw.truncated))
-
         try:
             while True:
                 chunk = await reader.read(READ_CHUNK)
                 if not chunk:
                     break
-                f.write(chunk)
-                f.flush()  # readers of the raw file (dashboard, humans) see output live
-                if splitter is not None:
-                    deliver(splitter.feed(chunk))
-            if splitter is not None:
-                deliver(splitter.flush())
+                sink.write(chunk)
+            sink.close()
         except Exception as exc:  # on_line raised, or the disk is full: stop the command
-            if run.error is None:
-                run.error = exc
+            run.fail(exc)
             self._signal(run, signal.SIGKILL)
 
-    async def _deadline(self, run: _Run, timeout: float, active: Callable[[], float]) -> None:
+    async def _deadline(self, run: _Run, timeout: float, timer: ExecTimer) -> None:
         """Fire after ``timeout`` seconds of active (unpaused) time, then terminate the group."""
-        while True:
-            if not self._resumed.is_set():
-                await self._resumed.wait()
-                continue
-            remaining = timeout - active()
-            if remaining <= 0:
-                break
-            await asyncio.sleep(remaining)
+        await timer.expire(timeout)
         if run.proc.returncode is not None:
             return  # it finished on its own at the same moment
         run.timed_out = True
@@ -482,22 +415,18 @@ class ProcessSandbox:
 
     def pause(self) -> None:
         """SIGSTOP every running command's process group; the timeout clocks stop too."""
-        if self._paused_since is not None:
+        if not self._clock.pause():
             return
-        self._paused_since = time.monotonic()
-        self._resumed.clear()
         for run in list(self._runs):
             self._signal(run, signal.SIGSTOP)
 
     def resume(self) -> None:
         """SIGCONT what pause() stopped; deadlines continue where they were."""
-        if self._paused_since is None:
+        if not self._clock.paused:
             return
         for run in list(self._runs):
             self._signal(run, signal.SIGCONT)
-        self._paused_total += time.monotonic() - self._paused_since
-        self._paused_since = None
-        self._resumed.set()
+        self._clock.resume()
 
     async def kill(self) -> None:
         """SIGKILL every running command's group and wait until their execs have returned."""
@@ -505,11 +434,7 @@ class ProcessSandbox:
         for run in runs:
             run.killed = True
             self._signal(run, signal.SIGKILL)
-        if runs:
-            waits = [asyncio.create_task(run.done.wait()) for run in runs]
-            _, pending = await asyncio.wait(waits, timeout=KILL_RESULT_WAIT_S)
-            for task in pending:
-                task.cancel()
+        await wait_done(runs)
 
     async def close(self) -> None:
         """Kill anything running and refuse new execs. The work dir itself is kept."""
@@ -521,10 +446,7 @@ class ProcessSandbox:
 
     def resolve(self, rel_path: str) -> Path:
         """Map a relative path to a real path inside the work dir, refusing any escape."""
-        if not rel_path or "\x00" in rel_path:
-            raise SandboxPathError(f"invalid path: {rel_path!r}")
-        if os.path.isabs(rel_path):
-            raise SandboxPathError(f"absolute path not allowed: {rel_path!r}")
+        check_rel_path(rel_path)
         target = (self.workdir / rel_path).resolve()  # follows symlinks, then applies ".."
         if target != self.workdir and not target.is_relative_to(self.workdir):
             raise SandboxPathError(f"path escapes the sandbox: {rel_path!r} -> {target}")

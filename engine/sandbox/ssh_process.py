@@ -23,16 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
 import os
 import posixpath
 import shlex
 import signal
-import tarfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -40,37 +38,35 @@ import asyncssh
 
 from ..remote import HostDown, SshConnection
 from .base import ExecResult, OutputLine, SandboxError, SandboxPathError
-from .lines import LineSplitter, RawLine
-from .process import DEFAULT_PATH, KILL_RESULT_WAIT_S, LEFTOVER_GRACE_S, READ_CHUNK
+from .common import (
+    LEFTOVER_GRACE_S,
+    READ_CHUNK,
+    ExecTimer,
+    GroupRun,
+    OutputSink,
+    PauseClock,
+    PgidHeader,
+    copy_back,
+    exec_args,
+    group_targets,
+    kill_script,
+    log_paths,
+    mirrored_cwd,
+    remote_command,
+    resolve_mirrored,
+    sandbox_env,
+    wait_done,
+)
 
 if TYPE_CHECKING:
     from ..hosts_ssh import SshHost
 
 log = logging.getLogger(__name__)
 
-MARK = b"\x1eRESENV-PGID "
-_INNER = 'printf "\\036RESENV-PGID %s\\n" "$$" >&2; cd "$1" || exit 125; shift; exec env -i "$@"'
-PGID_WAIT_S = 10.0
 
-
-def remote_command(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> str:
-    """The shell line that runs argv in its own session/group with exactly `env`, in `cwd`."""
-    words = ["setsid", "sh", "-c", _INNER, "resenv", cwd]
-    words += [f"{key}={value}" for key, value in env.items()]
-    words += list(argv)
-    return " ".join(shlex.quote(word) for word in words) + "; exit $?"
-
-
-@dataclass(eq=False)
-class _RemoteRun:
+@dataclass(eq=False, kw_only=True)
+class _RemoteRun(GroupRun):
     proc: Any
-    pgid: int | None = None
-    pgid_known: asyncio.Event = field(default_factory=asyncio.Event)
-    timed_out: bool = False
-    killed: bool = False
-    signalled: bool = False  # resenv sent a terminating signal
-    error: BaseException | None = None
-    done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class RemoteProcessSandbox:
@@ -88,10 +84,7 @@ class RemoteProcessSandbox:
         self.term_grace_s = term_grace_s
         self.leftover_grace_s = LEFTOVER_GRACE_S
         self._runs: set[_RemoteRun] = set()
-        self._paused_since: float | None = None
-        self._paused_total = 0.0
-        self._resumed = asyncio.Event()
-        self._resumed.set()
+        self._clock = PauseClock()
         self._closed = False
         self._dirs_made = False
         self._signal_tasks: set[asyncio.Task[None]] = set()
@@ -99,12 +92,7 @@ class RemoteProcessSandbox:
 
     # -- environment ------------------------------------------------------------------------
     def child_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        out = {"PATH": DEFAULT_PATH, "HOME": str(self.home), "TMPDIR": str(self.tmp),
-               "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
-        out.update(self.base_env)
-        if env:
-            out.update(env)
-        return out
+        return sandbox_env(self.home, self.tmp, self.base_env, env)
 
     async def _ensure_dirs(self) -> None:
         if self._dirs_made:
@@ -126,13 +114,7 @@ class RemoteProcessSandbox:
     # -- pause clock ------------------------------------------------------------------------
     @property
     def paused(self) -> bool:
-        return self._paused_since is not None
-
-    def _paused_time(self, now: float | None = None) -> float:
-        total = self._paused_total
-        if self._paused_since is not None:
-            total += (time.monotonic() if now is None else now) - self._paused_since
-        return total
+        return self._clock.paused
 
     # -- exec -------------------------------------------------------------------------------
     async def exec(
@@ -143,31 +125,12 @@ class RemoteProcessSandbox:
     ) -> ExecResult:
         if self._closed:
             raise SandboxError("sandbox is closed")
-        args = [os.fspath(a) for a in argv]
-        if not args:
-            raise ValueError("argv is empty")
-        run_cwd = str(self.workdir if cwd is None else (Path(cwd) if Path(cwd).is_absolute() else self.workdir / cwd))
-        command = remote_command(args, self.child_env(env), run_cwd)
-        stdout_path, stderr_path = Path(f"{log_prefix}.stdout"), Path(f"{log_prefix}.stderr")
-        stdout_path.parent.mkdir(parents=True, exist_ok=True)
+        args = exec_args(argv)
+        command = remote_command(args, self.child_env(env), mirrored_cwd(self.workdir, cwd))
+        stdout_path, stderr_path = log_paths(log_prefix)
+        timer = ExecTimer(self._clock, timeout_name, stdout_path, stderr_path)
 
-        started = time.monotonic()
-        paused_at_start = self._paused_time()
-
-        def active(now: float | None = None) -> float:
-            now = time.monotonic() if now is None else now
-            return (now - started) - (self._paused_time(now) - paused_at_start)
-
-        def result(returncode: int | None, run: _RemoteRun | None) -> ExecResult:
-            now = time.monotonic()
-            timed_out = bool(run and run.timed_out)
-            return ExecResult(
-                returncode=returncode, timed_out=timed_out, timeout_name=timeout_name if timed_out else None,
-                killed=bool(run and run.killed), duration_s=now - started, active_s=max(0.0, active(now)),
-                stdout_path=stdout_path, stderr_path=stderr_path,
-            )
-
-        await self._resumed.wait()
+        await self._clock.resumed.wait()
         if self._closed:
             raise SandboxError("sandbox is closed")
         await self._ensure_dirs()
@@ -183,8 +146,8 @@ class RemoteProcessSandbox:
                     self._runs.add(run)
                     try:
                         code = await self._supervise(run, generation, stdin, out_f, err_f, on_line, on_start,
-                                                     timeout, active)
-                        return result(code, run)
+                                                     timeout, timer)
+                        return timer.result(code, run.timed_out, run.killed)
                     finally:
                         self._runs.discard(run)
                         run.done.set()
@@ -194,7 +157,7 @@ class RemoteProcessSandbox:
     async def _supervise(
         self, run: _RemoteRun, generation: int, stdin: bytes | None, out_f: BinaryIO, err_f: BinaryIO,
         on_line: Callable[[OutputLine], None] | None, on_start: Callable[[int], None] | None,
-        timeout: float | None, active: Callable[[], float],
+        timeout: float | None, timer: ExecTimer,
     ) -> int | None:
         proc = run.proc
         pumps: list[asyncio.Task[None]] = []
@@ -205,11 +168,11 @@ class RemoteProcessSandbox:
                 proc.stdin.write(stdin)
             proc.stdin.write_eof()
             pumps = [
-                asyncio.create_task(self._pump(run, proc.stdout, out_f, "stdout", on_line, None)),
-                asyncio.create_task(self._pump(run, proc.stderr, err_f, "stderr", on_line, on_start)),
+                asyncio.create_task(self._pump(run, proc.stdout, OutputSink(out_f, "stdout", on_line), None)),
+                asyncio.create_task(self._pump(run, proc.stderr, OutputSink(err_f, "stderr", on_line), on_start)),
             ]
             if timeout is not None:
-                watcher = asyncio.create_task(self._deadline(run, timeout, active))
+                watcher = asyncio.create_task(self._deadline(run, timeout, timer))
             closed = asyncio.create_task(proc.wait_closed())
             exited_at: float | None = None
             leftovers_killed = False
@@ -247,9 +210,7 @@ class RemoteProcessSandbox:
                     return -int(signal.Signals[f"SIG{name}"])
                 except KeyError:
                     return -1
-            if run.signalled and 128 < status <= 128 + 64:
-                return -(status - 128)
-            return status
+            return run.exit_code(status)
         except asyncio.CancelledError:
             run.killed = True
             raise
@@ -273,22 +234,9 @@ class RemoteProcessSandbox:
             if watcher is not None:
                 await asyncio.gather(watcher, return_exceptions=True)
 
-    async def _pump(
-        self, run: _RemoteRun, reader: Any, f: BinaryIO, stream: str,
-        on_line: Callable[[OutputLine], None] | None, on_start: Callable[[int], None] | None,
-    ) -> None:
-        splitter = LineSplitter() if on_line is not None else None
-        line_no = 0
-        header = stream == "stderr"  # stderr starts with the PGID marker line
-        pending = b""
-
-        def deliver(lines: list[RawLine]) -> None:
-            nonlocal line_no
-            assert on_line is not None
-            for raw in lines:
-                line_no += 1
-                on_line(OutputLine(stream, line_no, raw.text(), raw.nbytes, raw.truncated))
-
+    async def _pump(self, run: _RemoteRun, reader: Any, sink: OutputSink,
+                    on_start: Callable[[int], None] | None) -> None:
+        header = PgidHeader() if sink.stream == "stderr" else None  # stderr starts with the PGID marker
         try:
             while True:
                 try:
@@ -297,57 +245,36 @@ class RemoteProcessSandbox:
                     break
                 if not chunk:
                     break
-                if header:
-                    pending += chunk
-                    newline = pending.find(b"\n")
-                    if newline < 0 and len(pending) < 256:
-                        continue
-                    header = False
-                    first, chunk = pending[: newline + 1], pending[newline + 1 :]
-                    if first.startswith(MARK):
-                        try:
-                            run.pgid = int(first[len(MARK):].strip())
-                        except ValueError:
-                            pass
-                        else:
-                            run.pgid_known.set()
-                            self.host.note_group(run.pgid, self.workdir)
-                            if self._paused_since is not None:
-                                self._spawn_signal([run], "STOP")
-                            if self._closed or run.killed:
-                                self._spawn_signal([run], "KILL")
-                            if on_start is not None:
-                                on_start(run.pgid)
-                    else:
-                        chunk = first + chunk
+                if header is not None and not header.done:
+                    pgid, chunk = header.feed(chunk)
+                    if pgid is not None:
+                        self._started(run, pgid, on_start)
                     if not chunk:
                         continue
-                f.write(chunk)
-                f.flush()
-                if splitter is not None:
-                    deliver(splitter.feed(chunk))
-            if header and pending:  # the marker never completed: keep what came
-                f.write(pending)
-                if splitter is not None:
-                    deliver(splitter.feed(pending))
-            if splitter is not None:
-                deliver(splitter.flush())
+                sink.write(chunk)
+            if header is not None and (rest := header.leftover()):  # the marker never completed: keep what came
+                sink.write(rest)
+            sink.close()
         except Exception as exc:
-            if run.error is None:
-                run.error = exc
+            run.fail(exc)
             self._spawn_signal([run], "KILL")
         finally:
             run.pgid_known.set()  # nobody waits for a marker that cannot come any more
 
-    async def _deadline(self, run: _RemoteRun, timeout: float, active: Callable[[], float]) -> None:
-        while True:
-            if not self._resumed.is_set():
-                await self._resumed.wait()
-                continue
-            remaining = timeout - active()
-            if remaining <= 0:
-                break
-            await asyncio.sleep(remaining)
+    def _started(self, run: _RemoteRun, pgid: int, on_start: Callable[[int], None] | None) -> None:
+        """The command announced its group: record it, and catch up on a pause or kill it missed."""
+        run.pgid = pgid
+        run.pgid_known.set()
+        self.host.note_group(pgid, self.workdir)
+        if self._clock.paused:
+            self._spawn_signal([run], "STOP")
+        if self._closed or run.killed:
+            self._spawn_signal([run], "KILL")
+        if on_start is not None:
+            on_start(pgid)
+
+    async def _deadline(self, run: _RemoteRun, timeout: float, timer: ExecTimer) -> None:
+        await timer.expire(timeout)
         if run.proc.exit_status is not None or run.proc.exit_signal is not None:
             return
         run.timed_out = True
@@ -363,26 +290,14 @@ class RemoteProcessSandbox:
         await self._signal_groups([run], sig, also_cont)
 
     async def _signal_groups(self, runs: list[_RemoteRun], sig: str, also_cont: bool = False) -> None:
-        groups = []
-        for run in runs:
-            if run.pgid is None:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(run.pgid_known.wait(), PGID_WAIT_S)
-            if run.pgid is not None:
-                groups.append(run.pgid)
-                if sig in ("TERM", "KILL"):
-                    run.signalled = True
+        groups = await group_targets(runs, sig)
         if not groups:
             return
-        targets = " ".join(f"-{pgid}" for pgid in groups)
-        command = f"kill -{sig} {targets} 2>/dev/null"
-        if also_cont:
-            command += f"; kill -CONT {targets} 2>/dev/null"
         async with self._signal_lock:  # STOP/CONT arrive in the order pause()/resume() were called
             try:
-                await self.connection.run(command + "; true", timeout=15, control=True)
+                await self.connection.run(kill_script(groups, sig, also_cont), timeout=15, control=True)
             except (HostDown, asyncio.TimeoutError) as error:
-                log.warning("host %s: cannot send SIG%s to %s: %s", self.host.name, sig, targets, error)
+                log.warning("host %s: cannot send SIG%s to %s: %s", self.host.name, sig, groups, error)
 
     def _spawn_signal(self, runs: list[_RemoteRun], sig: str) -> None:
         task = asyncio.get_running_loop().create_task(self._signal_groups(runs, sig))
@@ -391,23 +306,19 @@ class RemoteProcessSandbox:
 
     # -- control ----------------------------------------------------------------------------
     def pause(self) -> None:
-        if self._paused_since is not None:
+        if not self._clock.pause():
             return
-        self._paused_since = time.monotonic()
-        self._resumed.clear()
         runs = [run for run in self._runs if run.pgid is not None]
         if runs:
             self._spawn_signal(runs, "STOP")
 
     def resume(self) -> None:
-        if self._paused_since is None:
+        if not self._clock.paused:
             return
         runs = [run for run in self._runs if run.pgid is not None]
         if runs:
             self._spawn_signal(runs, "CONT")
-        self._paused_total += time.monotonic() - self._paused_since
-        self._paused_since = None
-        self._resumed.set()
+        self._clock.resume()
 
     async def kill(self) -> None:
         runs = list(self._runs)
@@ -421,10 +332,7 @@ class RemoteProcessSandbox:
             for run in runs:
                 with contextlib.suppress(Exception):
                     run.proc.close()
-        waits = [asyncio.create_task(run.done.wait()) for run in runs]
-        _, pending = await asyncio.wait(waits, timeout=KILL_RESULT_WAIT_S)
-        for task in pending:
-            task.cancel()
+        await wait_done(runs)
 
     async def close(self) -> None:
         self._closed = True
@@ -436,15 +344,7 @@ class RemoteProcessSandbox:
     # -- files ------------------------------------------------------------------------------
     def resolve(self, rel_path: str) -> str:
         """The remote path of `rel_path` (lexically inside the work dir; symlinks are checked on use)."""
-        if not rel_path or "\x00" in rel_path:
-            raise SandboxPathError(f"invalid path: {rel_path!r}")
-        if os.path.isabs(rel_path):
-            raise SandboxPathError(f"absolute path not allowed: {rel_path!r}")
-        root = str(self.workdir)
-        target = posixpath.normpath(posixpath.join(root, rel_path))
-        if target != root and not target.startswith(root + "/"):
-            raise SandboxPathError(f"path escapes the sandbox: {rel_path!r}")
-        return target
+        return resolve_mirrored(self.workdir, rel_path)
 
     async def _check_real(self, sftp: asyncssh.SFTPClient, path: str, rel_path: str) -> None:
         """Refuse a path whose existing part resolves (through symlinks) outside the work dir."""
@@ -511,28 +411,10 @@ class RemoteProcessSandbox:
 
     async def sync_back(self, rel_path: str, max_bytes: int = 50 * 2**20) -> None:
         """Copy one file from the host into the engine-side mirror of the work dir (or remove it)."""
-        local = self.workdir / rel_path
-        try:
-            data = await self.get(rel_path, max_bytes)
-        except FileNotFoundError:
-            if local.is_file() or local.is_symlink():
-                local.unlink()
-            return
-        except SandboxError:
-            return  # not a regular file or too big: the loader judges what is (not) there
-        local.parent.mkdir(parents=True, exist_ok=True)
-        local.write_bytes(data)
+        await copy_back(self.get, self.workdir, rel_path, max_bytes)
 
     async def path_status(self, path: str) -> tuple[bool, bool]:
         """(exists, executable) of a path on the host."""
         quoted = shlex.quote(path)
         out = await self._control(f"if test -e {quoted}; then echo e; fi; if test -x {quoted}; then echo x; fi")
         return b"e" in out, b"x" in out
-
-
-def tar_tree(src: Path, arcname: str = ".") -> bytes:
-    """A tar of a file or tree (symlinks kept as links, never followed)."""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        tar.add(str(src), arcname=arcname, recursive=True)
-    return buffer.getvalue()

@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from resenv.engine.store import StoreReader
 
-from ..conftest import RESENV, resenv, write_benchmark
+from ..conftest import RESENV, resenv, wait_for, write_benchmark
+from ..conftest import rows as db_rows
 
 MAIN = "print('ok')\n"
 
@@ -25,25 +24,6 @@ a:
     echo start {job}; i=0; while [ $i -lt 40 ]; do echo tick $i; i=$((i+1)); done;
     case {workdir} in */attempt-1/work) sleep $(cat {repo}/delay);; esac; echo end >&2
 """
-
-
-def db_rows(path: Path, sql: str, params: tuple = ()) -> list[dict]:
-    conn = sqlite3.connect(path)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(row) for row in conn.execute(sql, params)]
-    finally:
-        conn.close()
-
-
-def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not met in time")
 
 
 def assert_events_complete(db: Path, run_id: str) -> None:

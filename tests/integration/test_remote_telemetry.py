@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -15,23 +13,15 @@ from pathlib import Path
 import pytest
 
 from resenv.engine.remote import SshConnection, SshTarget
-from resenv.engine.telemetry import NO_DRIVER, SMI_STREAM, SmiStreamSampler, TelemetrySink
+from resenv.engine.telemetry import NO_DRIVER, SMI_STREAM, SmiStreamSampler
 
+from ..conftest import cli_environ, rows
 from ..sshd_rig import make_sshd, sshd_available, standin_bin
-from .test_ssh_hosts import MAIN, bench_text, cli_env, rows
+from ..unit.test_telemetry import ListSink
+from .test_ssh_hosts import MAIN, bench_text
 
 pytestmark = [pytest.mark.skipif(not sshd_available(), reason="needs root and openssh-server"),
               pytest.mark.timeout(120)]
-
-
-class MemorySink(TelemetrySink):
-    def __init__(self) -> None:
-        super().__init__(writer=None, run_id="r")
-        self.states: list[tuple[str, str]] = []
-
-    def set_state(self, host: str, state: str) -> None:
-        self.states.append((host, state))
-        self.host(host).state = state
 
 
 def target(server, name="h") -> SshTarget:
@@ -46,7 +36,7 @@ async def test_stream_sampler_reads_recorded_rows_and_survives_a_cut_stream(tmp_
     connection = SshConnection(target(server))
     try:
         await connection.connect()
-        sink = MemorySink()
+        sink = ListSink()
         sampler = SmiStreamSampler("h", connection, sink, command=SMI_STREAM.replace("1000", "100"),
                                    backoff_start_s=0.1)
         sampler.start()
@@ -70,7 +60,7 @@ async def test_host_without_driver_is_a_state(tmp_path):
     connection = SshConnection(target(server))
     try:
         await connection.connect()
-        sink = MemorySink()
+        sink = ListSink()
         sampler = SmiStreamSampler("h", connection, sink)
         assert await sampler._stream_once() is False
         assert sink.states[-1][1].startswith(NO_DRIVER) and "couldn't communicate" in sink.states[-1][1]
@@ -84,7 +74,7 @@ async def test_host_without_nvidia_smi_is_a_state(tmp_path):
     connection = SshConnection(target(server))
     try:
         await connection.connect()
-        sink = MemorySink()
+        sink = ListSink()
         assert await SmiStreamSampler("h", connection, sink)._stream_once() is False
         assert sink.states[-1][1].startswith(NO_DRIVER)
     finally:
@@ -105,7 +95,7 @@ def test_engine_samples_a_remote_gpu_host_into_the_store(tmp_path):
         text = bench.read_text().replace("echo agent on", "sleep 3; echo agent on")
         bench.write_text(text)
         done = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--host", "gpubox",
-                               "--display", "plain", "--tiers", "C1"], env=cli_env(tmp_path), cwd=tmp_path,
+                               "--display", "plain", "--tiers", "C1"], env=cli_environ(tmp_path), cwd=tmp_path,
                               capture_output=True, text=True, timeout=90)
         assert done.returncode == 0, done.stdout + done.stderr
         db = tmp_path / "store.db"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from ..conftest import bundle_repos, cli_environ, rows
 from ..sshd_rig import NetLab, make_sshd, netns_available, sshd_available
 
 pytestmark = [pytest.mark.skipif(not sshd_available(), reason="needs root and openssh-server"),
@@ -40,43 +40,15 @@ a:
 
 
 def bench_text(root: Path, hosts: str, repos: dict[str, dict[str, str]], *, retries: int = 2) -> Path:
-    entries = []
-    for repo_id, files in repos.items():
-        tree = root / "suites" / repo_id
-        tree.mkdir(parents=True, exist_ok=True)
-        for name, content in files.items():
-            (tree / name).write_text(content)
-        entries.append(textwrap.dedent(f"""\
-              - id: {repo_id}
-                source: {{path: suites/{repo_id}}}
-                entrypoints:
-                  cpu: {{command: "{{python}} main.py"}}
-                not_applicable: {{single_gpu: no GPU code, multi_gpu: no GPU code}}
-        """))
     text = "version: 1\n"
     text += f"defaults:\n  suite: s\n  agent: a\n  retries: {{infra: {retries}, backoff_s: 0.5}}\n"
     text += "  timeouts: {teardown: 20}\n"
     text += "hosts:\n  local: {kind: local, gpus: 0}\n" + hosts
     text += "agents:\n" + textwrap.indent(AGENT, "  ")
-    text += "suites:\n  s:\n    repos:\n" + textwrap.indent("".join(entries), "    ")
+    text += bundle_repos(root, repos)
     path = root / "benchmark.yaml"
     path.write_text(text)
     return path
-
-
-def rows(db: Path, sql: str, params: tuple = ()) -> list[dict]:
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(row) for row in conn.execute(sql, params)]
-    finally:
-        conn.close()
-
-
-def cli_env(tmp_path: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(RESENV_DB=str(tmp_path / "store.db"), RESENV_DATA_DIR=str(tmp_path / "data"), PYTHONUNBUFFERED="1")
-    return env
 
 
 def test_job_runs_end_to_end_on_a_loopback_ssh_host_with_nothing_shared(tmp_path):
@@ -86,7 +58,7 @@ def test_job_runs_end_to_end_on_a_loopback_ssh_host_with_nothing_shared(tmp_path
     try:
         hosts = server.host_yaml("remote", gpus=0, slots=2)
         bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}, "two": {"main.py": MAIN}})
-        env = cli_env(tmp_path)
+        env = cli_environ(tmp_path)
         done = subprocess.run([*RESENV, "run", str(bench), "--host", "remote", "--display", "plain",
                                "--tiers", "C1,C5"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -119,7 +91,7 @@ def test_unknown_host_key_is_refused_and_the_host_stays_down(tmp_path):
         (tmp_path / "empty_known_hosts").write_text("")
         hosts = server.host_yaml("remote", gpus=0, known_hosts=str(tmp_path / "empty_known_hosts"))
         bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}})
-        env = cli_env(tmp_path)
+        env = cli_environ(tmp_path)
         check = subprocess.run([*RESENV, "hosts", "check", str(bench)], env=env, cwd=tmp_path,
                                capture_output=True, text=True, timeout=60)
         assert check.returncode == 1
@@ -133,7 +105,7 @@ def test_hosts_check_reports_facts_and_problems(tmp_path):
     try:
         hosts = server.host_yaml("remote", gpus="[0, 1]") + "  here: {kind: local, gpus: 0}\n"
         bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}})
-        check = subprocess.run([*RESENV, "hosts", "check", str(bench)], env=cli_env(tmp_path), cwd=tmp_path,
+        check = subprocess.run([*RESENV, "hosts", "check", str(bench)], env=cli_environ(tmp_path), cwd=tmp_path,
                                capture_output=True, text=True, timeout=60)
         out = check.stdout
         assert "remote (ssh): reachable" in out and "here (local): reachable" in out, out
@@ -179,7 +151,7 @@ def test_host_dies_mid_job_and_the_job_finishes_on_another_host(tmp_path, lab, f
                                 connect_timeout_s=3)
                     for name, s in servers.items())
     bench = bench_text(tmp_path, hosts, {"slowjob": {"main.py": MAIN, "slow": "1"}})
-    env = cli_env(tmp_path)
+    env = cli_environ(tmp_path)
     engine = subprocess.Popen(
         ["ip", "netns", "exec", engine_ns, *RESENV, "run", str(bench), "--host", "A", "--host", "B",
          "--display", "plain", "--tiers", "C1,C5"],

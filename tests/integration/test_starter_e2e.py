@@ -9,13 +9,12 @@ for real (the package registry, or the machine's configured local index and whee
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
 import yaml
 
-from ..conftest import REPO_ROOT, resenv
+from ..conftest import REPO_ROOT, resenv, rows
 
 STARTER = REPO_ROOT / "suites" / "starter"
 TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
@@ -34,15 +33,6 @@ def cpu_only_benchmark(root: Path) -> Path:
     path = root / "benchmark.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
-
-
-def rows(db: Path, sql: str, params: tuple = ()) -> list[dict]:
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(row) for row in conn.execute(sql, params)]
-    finally:
-        conn.close()
 
 
 @pytest.mark.slow

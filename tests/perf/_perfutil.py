@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -121,6 +122,14 @@ def hwm_bytes(pid: int | str = "self") -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def clean_up(root: Path, keep: bool) -> None:
+    """Remove a benchmark's scratch tree, or say where it is when asked to keep it."""
+    if keep:
+        print(f"kept {root}")
+    else:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def verdict(ok: bool) -> str:

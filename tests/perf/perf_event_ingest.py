@@ -34,7 +34,6 @@ import asyncio
 import json
 import multiprocessing as mp
 import random
-import shutil
 import statistics
 import tempfile
 import time
@@ -407,10 +406,7 @@ def main() -> None:
             **result,
         })
     finally:
-        if args.keep:
-            print(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        pu.clean_up(root, args.keep)
 
 
 if __name__ == "__main__":

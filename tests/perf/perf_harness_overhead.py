@@ -33,7 +33,6 @@ import cProfile
 import dataclasses
 import io
 import pstats
-import shutil
 import sqlite3
 import subprocess
 import statistics
@@ -247,10 +246,7 @@ def main() -> None:
             "runs": runs,
         })
     finally:
-        if args.keep:
-            print(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        pu.clean_up(root, args.keep)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -264,10 +263,7 @@ def main() -> None:
             "small_run": small,
         })
     finally:
-        if args.keep:
-            print(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        pu.clean_up(root, args.keep)
 
 
 if __name__ == "__main__":

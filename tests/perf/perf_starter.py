@@ -32,7 +32,7 @@ from pathlib import Path
 
 import yaml
 
-from _perfutil import REPO_ROOT, summary, verdict, write_result  # noqa: E402  (sets sys.path)
+from _perfutil import REPO_ROOT, clean_up, summary, verdict, write_result  # noqa: E402  (sets sys.path)
 
 TARGET_S = 180.0
 PHASES = ("provision", "checkout", "agent", "probes", "audit", "teardown")
@@ -159,12 +159,7 @@ def main() -> int:
                         "pyramid": pyramid[repo]} for repo in repos},
         "ok": ok,
     })
-    if args.keep:
-        print(f"kept {tmp}")
-    else:
-        import shutil
-
-        shutil.rmtree(tmp, ignore_errors=True)
+    clean_up(tmp, args.keep)
     return 0 if ok else 1
 
 

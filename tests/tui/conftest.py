@@ -16,7 +16,7 @@ from resenv.engine.spec import load_benchmark
 from resenv.engine.store import StoreReader
 from resenv.tui.live import EngineThread
 
-from ..conftest import write_benchmark
+from ..conftest import wait_for, write_benchmark
 from . import fixture_db
 
 MAIN = "print('ok')\n"
@@ -53,13 +53,7 @@ class RealRun:
             reader.close()
 
     def wait(self, predicate, timeout: float = 60.0, interval: float = 0.05):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = predicate()
-            if value:
-                return value
-            time.sleep(interval)
-        raise AssertionError("condition not met in time")
+        return wait_for(predicate, timeout, interval)
 
 
 def make_run(root: Path, repos: list[str], agent: str) -> RealRun:
