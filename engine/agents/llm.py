@@ -7,6 +7,7 @@ Everything stateful about one attempt (usage, budgets, completion) lives in `ses
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 from ..secrets import AgentSecrets, load_secrets, register
@@ -36,7 +37,7 @@ class SpecAgent:
         return getattr(self.spec, "model", None)
 
 
-class CliAgent(SpecAgent):
+class CliAgent(SpecAgent, ABC):
     """Base of the CLI adapters; subclasses give `argv(paths)`, `default_env()` and `parse`."""
 
     kind = "cli"
@@ -51,8 +52,9 @@ class CliAgent(SpecAgent):
     def default_env(self) -> dict[str, str]:
         return {}
 
+    @abstractmethod
     def argv(self, paths: JobPaths) -> list[str]:
-        raise NotImplementedError
+        """The CLI's argv for one job (each CLI has its own flags)."""
 
     def command(self, paths: JobPaths, prompt: str | None = None) -> AgentCommand:
         """The CLI's argv and env (secrets excluded: the session adds them) with the prompt on stdin."""
