@@ -197,7 +197,10 @@ class TierRunner:
             "PYTHONDONTWRITEBYTECODE": "1",
             "PIP_NO_INPUT": "1",
             "CUDA_VISIBLE_DEVICES": gpus,
+            # NVLink multicast stays off: it can take a shared host's GPUs out of service.
             "NCCL_NVLS_ENABLE": "0",
+            "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "NVSHMEM_DISABLE_NVLS": "1",
         }
         return env | (extra or {})
 
