@@ -20,6 +20,7 @@ from .paths import default_data_dir, default_db
 from .runs import RunPlan, create_run
 from .scheduler import Engine, EngineBusy, engine_alive
 from .spec import SpecError, SpecLookupError, format_issues, load_benchmark
+from .secrets import load_secrets
 from .store import StoreError, StoreReader, insert_control
 from .tiers import ALL_TIERS
 from .figure import write_pyramid_figure
@@ -111,6 +112,7 @@ def run(
             except SpecLookupError as error:
                 raise click.ClickException(str(error)) from error
             return
+        _check_secrets(bench, plan.agents)
         try:
             run_id = create_run(bench, plan, db, data_dir or default_data_dir())
         except SpecLookupError as error:
@@ -129,6 +131,21 @@ def run(
         raise click.ClickException(str(error)) from error
     if state == "interrupted":
         sys.exit(130)
+
+
+def _check_secrets(bench: Any, agents: list[str]) -> None:
+    """Refuse to start when an agent's key is missing: a config error, not a job to retry."""
+    problems = []
+    for name in agents:
+        try:
+            spec = bench.agent(name)
+        except SpecLookupError as error:
+            raise click.ClickException(str(error)) from error
+        env_file = getattr(spec, "env_file", None)
+        found = load_secrets(getattr(spec, "env_from", ()), bench.base_dir / env_file if env_file else None)
+        problems += [f"agent {name!r}: {problem}" for problem in found.problems]
+    if problems:
+        raise click.ClickException("cannot start: " + "; ".join(problems))
 
 
 def parse_tiers(text: str) -> tuple[str, ...]:

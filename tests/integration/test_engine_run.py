@@ -157,3 +157,13 @@ def test_sigkill_mid_run_then_resume_finishes_without_losing_events(tmp_path, cl
     assert_events_complete(db, run_id)
     assert db_rows(db, "PRAGMA integrity_check")[0]["integrity_check"] == "ok"
     assert db_rows(db, "SELECT state FROM runs")[0]["state"] == "finished"
+
+
+def test_a_missing_agent_key_refuses_to_start_and_stores_nothing(tmp_path, cli_env):
+    agents = TICKER + "keyed:\n  kind: command\n  command: 'true'\n  env_from: [RESENV_TEST_ABSENT_KEY]\n"
+    bench = write_benchmark(tmp_path, {"one": {"main.py": MAIN, "delay": "0"}}, agents)
+    cli_env.pop("RESENV_TEST_ABSENT_KEY", None)
+    out = resenv("run", str(bench), "--agent", "keyed", env=cli_env, cwd=tmp_path)
+    assert out.returncode != 0
+    assert "agent 'keyed': env_from RESENV_TEST_ABSENT_KEY: not set" in out.stderr
+    assert not Path(cli_env["RESENV_DB"]).exists() or not StoreReader(Path(cli_env["RESENV_DB"])).runs()
