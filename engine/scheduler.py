@@ -14,6 +14,7 @@ import platform
 import signal
 import time
 from collections import deque
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -272,9 +273,7 @@ class Engine:
             if lease is None:
                 waiting.append((job_id, tier))
                 continue
-            running = Running(task=None)  # type: ignore[arg-type]
-            running.task = asyncio.create_task(self._run_tier(job, tier, running, lease), name=f"tier-{job['key']}-{tier}")
-            self.running[job_id] = running
+            self._launch(job, lambda running: self._run_tier(job, tier, running, lease), f"tier-{job['key']}-{tier}")
         waiting.extend(self.tier_retries)
         self.tier_retries = waiting
 
@@ -323,24 +322,22 @@ class Engine:
             self.writer.execute("UPDATE leases SET ended_at = ? WHERE attempt_id = ?", (end, attempt_id))
         self.display.message(f"{job['key']}: tier {tier} re-run {outcome.state}")
 
-    def _latest_full_attempt(self, job_id: int) -> dict[str, Any]:
+    def _read(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        """A short read on its own read-only connection (what the writer committed so far)."""
         conn = connect(self.db_path, readonly=True)
         try:
-            row = conn.execute(
-                "SELECT number, workdir FROM attempts WHERE job_id = ? AND scope = 'job' ORDER BY number DESC LIMIT 1",
-                (job_id,)).fetchone()
+            return [dict(row) for row in conn.execute(sql, params)]
         finally:
             conn.close()
-        return dict(row)
+
+    def _latest_full_attempt(self, job_id: int) -> dict[str, Any]:
+        return self._read(
+            "SELECT number, workdir FROM attempts WHERE job_id = ? AND scope = 'job' ORDER BY number DESC LIMIT 1",
+            (job_id,))[0]
 
     def _latest_tier_rows(self, job_id: int) -> dict[str, Any]:
-        conn = connect(self.db_path, readonly=True)
-        try:
-            rows = conn.execute("SELECT tier, status, category FROM tier_results WHERE job_id = ? ORDER BY id",
-                                (job_id,)).fetchall()
-        finally:
-            conn.close()
-        return {row["tier"]: dict(row) for row in rows}
+        rows = self._read("SELECT tier, status, category FROM tier_results WHERE job_id = ? ORDER BY id", (job_id,))
+        return {row["tier"]: row for row in rows}
 
     def _release_backoffs(self) -> None:
         now = time.monotonic()
@@ -352,8 +349,12 @@ class Engine:
     def _start(self, job: dict[str, Any], lease: Lease) -> None:
         job["attempts"] += 1
         job["state"] = "running"
-        running = Running(task=None)  # type: ignore[arg-type]
-        running.task = asyncio.create_task(self._run_job(job, running, lease), name=f"job-{job['key']}")
+        self._launch(job, lambda running: self._run_job(job, running, lease), f"job-{job['key']}")
+
+    def _launch(self, job: dict[str, Any], work: Callable[[Running], Coroutine[Any, Any, None]], name: str) -> None:
+        """Run `work` as the job's task; the task gets its own `Running` so a stop reason can reach it."""
+        running = Running(task=None)  # type: ignore[arg-type]  # set just below, before anything awaits
+        running.task = asyncio.create_task(work(running), name=name)
         self.running[job["id"]] = running
 
     async def _run_job(self, job: dict[str, Any], running: Running, lease: Lease) -> None:
@@ -476,12 +477,7 @@ class Engine:
 
     async def _apply_controls(self) -> None:
         """Apply and acknowledge every control not yet acknowledged, oldest first."""
-        reader = connect(self.db_path, readonly=True)
-        try:
-            rows = [dict(row) for row in reader.execute(
-                "SELECT * FROM controls WHERE run_id = ? AND acked_at IS NULL ORDER BY id", (self.run_id,))]
-        finally:
-            reader.close()
+        rows = self._read("SELECT * FROM controls WHERE run_id = ? AND acked_at IS NULL ORDER BY id", (self.run_id,))
         for control in rows:
             ack, message = self.controls.apply(control)
             self.writer.update("controls", control["id"], {"acked_at": time.time(), "ack": ack, "ack_message": message})

@@ -59,10 +59,16 @@ def rows(db: Path, sql: str, params: tuple = ()) -> list[dict]:
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: float = 0.1) -> Any:
-    """Poll `predicate` until it returns something truthy (returned), or fail the test after `timeout`."""
+    """Poll `predicate` until it returns something truthy (returned), or fail the test after `timeout`.
+
+    A store that a just-started engine is still creating (no schema yet) counts as "not yet".
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        value = predicate()
+        try:
+            value = predicate()
+        except sqlite3.OperationalError:
+            value = None
         if value:
             return value
         time.sleep(interval)
