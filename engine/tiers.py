@@ -8,9 +8,11 @@ with its reason; a tier the host has too few GPUs for is `skip`/`insufficient_ha
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
+import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,12 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 from ..probes.audit import NO_FRAMEWORK, Observations, audit
 from ..probes.c0 import run_c0
-from ..probes.census import files_at_commit, import_census
+from ..probes.census import Census, files_at_commit, import_census
 from ..probes.classifier import classify
 from ..probes.kit import SCRIPTS, script_source
+from ..probes.mirror import Mirror, build_mirror, failed_mirror
 from ..probes.report import ReportLoad, load_report
 from .gpuinfo import DriverInfo, cuda_supported
-from .sandbox.base import ExecResult
+from .sandbox.base import ExecResult, SandboxError
 
 if TYPE_CHECKING:
     from .lifecycle import JobAttempt
@@ -35,6 +38,12 @@ GPUS_FOR = {"C2": 1, "C3": 1, "C4": 2}
 OUTPUT_TAIL = 4000
 CLASSIFY_BYTES = 256 * 1024
 PROBE_DIR = ".resenv-probes"
+IMPORT_MAP_BYTES = 512 * 2**20
+
+
+def is_remote(sandbox: object) -> bool:
+    """Whether the sandbox's files live on another machine or in a container (it can sync them back)."""
+    return getattr(sandbox, "sync_back", None) is not None
 
 
 @dataclass
@@ -151,8 +160,8 @@ class TierRunner:
         if self.state.report is not None:
             return
         paths = self.attempt.paths
-        if (sync_back := getattr(self.attempt.sandbox, "sync_back", None)) is not None:  # issue 7: remote/container
-            await sync_back(str(paths.report.relative_to(paths.workdir)))
+        if is_remote(self.attempt.sandbox):
+            await self.attempt.sandbox.sync_back(str(paths.report.relative_to(paths.workdir)))
         self.state.report = load_report(paths.report, sandbox_root=paths.workdir)
         report = self.state.report.report or {}
         python = report.get("python_path") if isinstance(report.get("python_path"), str) else None
@@ -231,18 +240,48 @@ class TierRunner:
         assert pristine is not None
         census = import_census(files_at_commit(pristine.path, pristine.commit))
         python = self.state.python or str(self.attempt.paths.workdir / "no-interpreter-reported")
+        repo_dir = self.attempt.paths.repo
         sandbox = self.attempt.sandbox
-        # The sandbox's own HOME, so packages the agent installed with `pip --user` are seen.
-        env = sandbox.child_env(self._env("")) if hasattr(sandbox, "child_env") else None
-        result = await run_c0(
-            python, self.attempt.paths.repo, census, work_dir=self.attempt.base / "probes" / "c0",
-            timeout=self.bench.tier_timeout(self.repo, "C0"), env=env,
-        )
+        timeout = self.bench.tier_timeout(self.repo, "C0")
+        notes: tuple[str, ...] = ()
+        if is_remote(sandbox):
+            # pyright runs here, on the import map the host recorded (probes/mirror.py says why)
+            mirror = await self._mirror(census, timeout)
+            python, repo_dir, notes, env = str(mirror.python), mirror.repo, mirror.notes, None
+        else:
+            # The sandbox's own HOME, so packages the agent installed with `pip --user` are seen.
+            env = sandbox.child_env(self._env("")) if hasattr(sandbox, "child_env") else None
+        result = await run_c0(python, repo_dir, census, work_dir=self.attempt.base / "probes" / "c0",
+                              timeout=timeout, env=env)
         evidence = asdict(result) | {"census": census.to_dict()}
+        if notes:
+            evidence["import_map"] = list(notes)
         category = result.category
         if self.state.python is None:
             category = self.state.report.category if self.state.report else category
         return TierResult("C0", result.status, category if result.status != "pass" else None, evidence)
+
+    async def _mirror(self, census: Census, timeout: float) -> Mirror:
+        """Record the host's import map with the reported interpreter and rebuild it here."""
+        paths, sandbox = self.attempt.paths, self.attempt.sandbox
+        dest = self.attempt.base / "probes" / "c0-mirror"
+        if self.state.python is None:
+            return failed_mirror(dest, str(paths.repo), "no interpreter reported")
+        probe_dir = f"{paths.workdir}/{PROBE_DIR}"
+        await sandbox.put(f"{PROBE_DIR}/census-files.txt", "\n".join(census.files).encode())
+        result = await self.attempt.run_command(
+            "probes", [self.state.python, "-I", "-B", f"{probe_dir}/importmap.py", f"{probe_dir}/importmap.tar.gz",
+                       str(paths.repo), f"{probe_dir}/census-files.txt"],
+            env=self._env(""), timeout=timeout, cwd=paths.repo, log_name="probe-importmap",
+        )
+        if not result.ok:
+            return failed_mirror(dest, str(paths.repo), tail_text(result.stdout_path, result.stderr_path,
+                                                                  limit=OUTPUT_TAIL))
+        try:
+            archive = await sandbox.get(f"{PROBE_DIR}/importmap.tar.gz", max_bytes=IMPORT_MAP_BYTES)
+            return await asyncio.to_thread(build_mirror, archive, dest)
+        except (SandboxError, ValueError, KeyError, tarfile.TarError) as error:
+            raise OSError(f"the host's import map is unreadable: {error}") from error
 
     # -- C1 / C3 / C4: the repo's own entrypoints -------------------------------------------
     async def _tier_c1(self) -> TierResult:

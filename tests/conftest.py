@@ -25,6 +25,7 @@ def bundle_repos(root: Path, repos: dict[str, dict[str, str]]) -> str:
         tree = root / "suites" / repo_id
         tree.mkdir(parents=True, exist_ok=True)
         for name, content in files.items():
+            (tree / name).parent.mkdir(parents=True, exist_ok=True)
             (tree / name).write_text(content)
         entries.append(textwrap.dedent(f"""\
               - id: {repo_id}

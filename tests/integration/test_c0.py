@@ -224,3 +224,66 @@ async def test_pyright_timeout_kills_the_process_group(tmp_path, venvs):
     assert result.duration_s < 30
     pid = int(marker.read_text())
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+# -- judged away from the host: the recorded import map and its replay interpreter (probes/mirror.py) --
+
+def record_import_map(python: Path, repo: Path, census, out_dir: Path) -> bytes:
+    """What the engine does on a remote host or in a container: run the kit's importmap.py there."""
+    from resenv.probes.kit import script_source
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    script, listing, archive = out_dir / "importmap.py", out_dir / "census.txt", out_dir / "map.tar.gz"
+    script.write_bytes(script_source("importmap.py"))
+    listing.write_text("\n".join(census.files))
+    subprocess.run([str(python), "-I", "-B", str(script), str(archive), str(repo), str(listing)], check=True,
+                   capture_output=True)
+    return archive.read_bytes()
+
+
+@pytest.mark.parametrize("env", ["full", "no_tomli", "no_six"])
+async def test_a_recorded_import_map_judges_exactly_like_the_interpreter_itself(tmp_path, venvs, env):
+    from resenv.probes.mirror import build_mirror
+
+    repo = make_repo(tmp_path / "repo")
+    census = census_of(repo)
+    direct = await judge(venvs[env], repo, tmp_path / "direct", census)
+    mirror = build_mirror(record_import_map(venvs[env], repo, census, tmp_path / "host"), tmp_path / "mirror")
+    assert mirror.repo.is_relative_to(tmp_path / "mirror") and (mirror.repo / "main.py").read_text() == (
+        repo / "main.py").read_text(), "census files keep their content"
+    assert (mirror.repo / "mypkg" / "sub.py").exists()
+    replayed = await run_c0(str(mirror.python), mirror.repo, census, work_dir=tmp_path / "replayed", timeout=300)
+    assert (replayed.status, replayed.missing, replayed.missing_source) == (
+        direct.status, direct.missing, direct.missing_source), replayed.log_tail
+    assert replayed.python_version == direct.python_version
+
+
+async def test_an_import_map_that_could_not_be_recorded_scores_all_missing_with_the_hosts_error(tmp_path):
+    from resenv.probes.mirror import failed_mirror
+
+    repo = make_repo(tmp_path / "repo")
+    mirror = failed_mirror(tmp_path / "mirror", str(repo), "bash: /env/bin/python: No such file or directory")
+    result = await run_c0(str(mirror.python), mirror.repo, census_of(repo), work_dir=tmp_path / "c0", timeout=60)
+    assert result.status == "fail" and result.category == "entrypoint_not_found"
+    assert result.missing == THIRD_PARTY and "No such file or directory" in result.log_tail
+
+
+def test_an_import_map_with_a_link_out_of_the_mirror_is_refused(tmp_path):
+    import io
+    import tarfile
+
+    from resenv.probes.mirror import build_mirror
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        facts = json.dumps({"version": "3.11", "version_info": [3, 11, 0, "final", 0], "path": [],
+                            "prefix": "/", "repo": "/r"}).encode()
+        info = tarfile.TarInfo("importmap.json")
+        info.size = len(facts)
+        tar.addfile(info, io.BytesIO(facts))
+        link = tarfile.TarInfo("root/r/evil")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc"
+        tar.addfile(link)
+    with pytest.raises(tarfile.TarError):
+        build_mirror(buffer.getvalue(), tmp_path / "mirror")
+    assert not (tmp_path / "mirror" / "root" / "r" / "evil").exists()

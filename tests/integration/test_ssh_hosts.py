@@ -39,12 +39,13 @@ a:
 """
 
 
-def bench_text(root: Path, hosts: str, repos: dict[str, dict[str, str]], *, retries: int = 2) -> Path:
+def bench_text(root: Path, hosts: str, repos: dict[str, dict[str, str]], *, retries: int = 2,
+               agent: str = AGENT) -> Path:
     text = "version: 1\n"
     text += f"defaults:\n  suite: s\n  agent: a\n  retries: {{infra: {retries}, backoff_s: 0.5}}\n"
     text += "  timeouts: {teardown: 20}\n"
     text += "hosts:\n  local: {kind: local, gpus: 0}\n" + hosts
-    text += "agents:\n" + textwrap.indent(AGENT, "  ")
+    text += "agents:\n" + textwrap.indent(agent, "  ")
     text += bundle_repos(root, repos)
     path = root / "benchmark.yaml"
     path.write_text(text)
@@ -81,6 +82,39 @@ def test_job_runs_end_to_end_on_a_loopback_ssh_host_with_nothing_shared(tmp_path
         assert not (work / "repo").exists() and not (work / "env").exists()
         host_row = rows(db, "SELECT state, inventory_json FROM hosts WHERE name = 'remote'")[0]
         assert json.loads(host_row["inventory_json"])["os"]
+    finally:
+        server.stop()
+
+
+C0_AGENT = """\
+a:
+  kind: command
+  command: >-
+    python3 -m venv --without-pip {env} &&
+    site=$({env}/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])') &&
+    mkdir -p $site/fakedep && touch $site/fakedep/__init__.py &&
+    printf '{{"python_path": "%s", "python_version": null}}' {env}/bin/python > {report}
+"""
+
+
+def test_c0_on_an_ssh_host_judges_the_environment_on_the_host(tmp_path):
+    """The env exists only on the host; C0 still names exactly the one import the agent left out."""
+    data = tmp_path / "data"
+    data.mkdir()
+    server = make_sshd(tmp_path / "sshd", hide=[data])
+    try:
+        repo = {"main.py": "import json\nimport mypkg\nimport fakedep\nimport otherdep\n",
+                "mypkg/__init__.py": "from . import sub\n", "mypkg/sub.py": "import os\n"}
+        bench = bench_text(tmp_path, server.host_yaml("remote", gpus=0), {"one": repo}, agent=C0_AGENT)
+        done = subprocess.run([*RESENV, "run", str(bench), "--host", "remote", "--display", "plain",
+                               "--tiers", "C0"], env=cli_environ(tmp_path), cwd=tmp_path, capture_output=True,
+                              text=True, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+        row = rows(tmp_path / "store.db", "SELECT status, category, evidence_json FROM tier_results WHERE tier = 'C0'")[0]
+        evidence = json.loads(row["evidence_json"])
+        assert (row["status"], row["category"]) == ("fail", "deps_missing"), evidence["log_tail"]
+        assert evidence["missing"] == ["otherdep"] and evidence["interpreter_ok"], evidence["log_tail"]
+        assert evidence["import_map"] and evidence["python_version"].startswith("3.")
     finally:
         server.stop()
 
