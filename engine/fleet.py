@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -95,7 +96,8 @@ class Fleet:
                     factory = lambda host=host: docker_sandbox.remote_docker_client(host)  # noqa: E731
                 else:
                     factory = docker_sandbox.local_docker_client
-                fn = docker_sandbox.reap if what == "reap" else docker_sandbox.prune
+                fn = docker_sandbox.reap if what == "reap" else functools.partial(
+                    docker_sandbox.prune, images=not host.spec.docker.keep_checkpoints)
                 # in a worker thread: a remote daemon's forwarded socket is served by this event loop
                 done = await asyncio.to_thread(lambda: fn(factory(), self.run_id))
                 if done:

@@ -542,6 +542,10 @@ class DockerOptions(SpecModel):
     memlock: int = -1  # RLIMIT_MEMLOCK for NCCL/IB; -1 = unlimited
     user: Text | None = None  # user[:group] in the container (default: the image's)
     socket: Text = "/var/run/docker.sock"  # the daemon's socket on an ssh host (local: $DOCKER_HOST or this)
+    # Post-agent checkpoint images outlive the run, so any tier can be re-run after it ended
+    # (`resenv control retry RUN JOB --tier C3`, then `resenv run --resume RUN`); false removes them
+    # at the run's end with its containers.
+    keep_checkpoints: bool = True
 
 
 class _SandboxChoice(SpecModel):

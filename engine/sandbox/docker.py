@@ -594,12 +594,15 @@ def reap(client: Any, run_id: str) -> list[str]:
     return removed
 
 
-def prune(client: Any, run_id: str) -> dict[str, list[str]]:
-    """At a run's end: its leftover containers and its checkpoint images, by label only."""
+def prune(client: Any, run_id: str, images: bool = True) -> dict[str, list[str]]:
+    """At a run's end: its leftover containers and (unless kept for later tier retries) its
+    checkpoint images, by label only."""
     containers = reap(client, run_id)
-    images = []
+    removed: list[str] = []
+    if not images:
+        return {"containers": containers, "images": removed}
     for image in client.images.list(filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_RUN}={run_id}"]}):
         with contextlib.suppress(Exception):
             client.images.remove(image.id, force=True)
-            images.append(image.id)
-    return {"containers": containers, "images": images}
+            removed.append(image.id)
+    return {"containers": containers, "images": removed}

@@ -25,7 +25,7 @@ from resenv.engine.sandbox.docker import LABEL_RUN, DockerSandbox, prune, reap
 from resenv.engine.spec import LocalHost
 
 from ..docker_rig import TEST_IMAGE, build_rootfs, docker_available, import_image, start_dockerd
-from .test_ssh_hosts import MAIN, bench_text, rows
+from .test_ssh_hosts import C0_AGENT, MAIN, bench_text, rows
 
 pytestmark = [pytest.mark.skipif(not docker_available(), reason="needs root, docker.io and the docker SDK"),
               pytest.mark.timeout(300)]
@@ -232,7 +232,7 @@ def test_gpu_request_only_when_leased_and_visible_devices_renumbered(tmp_path):
 
 def test_jobs_run_end_to_end_in_containers_through_the_engine(dockerd, tmp_path):
     hosts = (f"  box: {{kind: local, gpus: 0, slots: 2, sandbox: docker, image: {TEST_IMAGE},"
-             f" docker: {{network: none, pids: 256, memory_mib: 512, memlock: {MEMLOCK}}}}}\n")
+             f" docker: {{network: none, pids: 256, memory_mib: 512, memlock: {MEMLOCK}, keep_checkpoints: false}}}}\n")
     bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}, "two": {"main.py": MAIN}})
     env = dict(os.environ, RESENV_DB=str(tmp_path / "store.db"), RESENV_DATA_DIR=str(tmp_path / "data"),
                DOCKER_HOST=dockerd.socket)
@@ -256,6 +256,40 @@ def test_jobs_run_end_to_end_in_containers_through_the_engine(dockerd, tmp_path)
     run_id = rows(db, "SELECT id FROM runs")[0]["id"]
     assert client.containers.list(all=True, filters={"label": f"resenv.run={run_id}"}) == []
     assert client.images.list(filters={"label": f"resenv.run={run_id}"}) == []  # pruned at the run's end
+
+
+def test_c0_judges_the_container_and_a_tier_retry_after_the_run_ended_reopens_its_checkpoint(dockerd, tmp_path):
+    hosts = (f"  box: {{kind: local, gpus: 0, sandbox: docker, image: {TEST_IMAGE},"
+             f" docker: {{network: none, memlock: {MEMLOCK}}}}}\n")
+    repo = {"main.py": "import json\nimport mypkg\nimport fakedep\nimport otherdep\n", "mypkg/__init__.py": ""}
+    bench = bench_text(tmp_path, hosts, {"one": repo}, agent=C0_AGENT)
+    env = dict(os.environ, RESENV_DB=str(tmp_path / "store.db"), RESENV_DATA_DIR=str(tmp_path / "data"),
+               DOCKER_HOST=dockerd.socket)
+    cli = [sys.executable, "-m", "resenv.engine.cli"]
+    done = subprocess.run([*cli, "run", str(bench), "--host", "box", "--display", "plain", "--tiers", "C0"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    db = tmp_path / "store.db"
+    run_id = rows(db, "SELECT id FROM runs")[0]["id"]
+    client = dockerd.client()
+    assert client.containers.list(all=True, filters={"label": f"resenv.run={run_id}"}) == []
+    assert len(client.images.list(filters={"label": f"resenv.run={run_id}"})) == 1, "checkpoint kept for retries"
+
+    retry = subprocess.run([*cli, "control", "retry", run_id, "one/a", "--tier", "C0"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert retry.returncode == 0, retry.stdout + retry.stderr
+    resumed = subprocess.run([*cli, "run", "--resume", run_id, "--display", "plain"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=240)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    results = rows(db, "SELECT status, category, evidence_json FROM tier_results WHERE tier = 'C0' ORDER BY id")
+    assert len(results) == 2, results
+    for row in results:  # both judged in a container: the env exists only there
+        evidence = json.loads(row["evidence_json"])
+        assert (row["status"], row["category"], evidence["missing"]) == ("fail", "deps_missing", ["otherdep"]), (
+            evidence["log_tail"])
+    assert client.containers.list(all=True, filters={"label": f"resenv.run={run_id}"}) == []
+    prune(client, run_id)
+    assert client.images.list(filters={"label": f"resenv.run={run_id}"}) == []
 
 
 def test_jobs_run_in_containers_on_an_ssh_host_through_the_forwarded_docker_socket(dockerd, tmp_path):
