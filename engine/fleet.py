@@ -57,7 +57,7 @@ class Fleet:
     def _start_sampler(self, host: Any) -> None:
         if _is_ssh(host):
             if host.gpu_ids:
-                sampler = SmiStreamSampler(host.name, host.connection, self.sink)
+                sampler = SmiStreamSampler(host.name, host.connection, self.sink, processes=self.process_map)
                 sampler.start()
                 self.smi.append(sampler)
         elif host.gpu_ids:

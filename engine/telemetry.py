@@ -131,32 +131,70 @@ class SmiStreamParser:
 
 # ------------------------------------------------------------------------------------- process map
 class ProcessMap:
-    """Which job a host PID belongs to: by container id, process group, or working directory."""
+    """Which job a host PID belongs to: by container id, process group, or working directory.
+
+    Work dirs and container ids are unique across hosts (a host's paths mirror the engine's data
+    dir), so one map serves the local host and every SSH host alike."""
 
     def __init__(self, proc_root: str = "/proc") -> None:
         self.proc_root = proc_root
         self.containers: dict[str, int] = {}  # container id -> job id
-        self.groups: dict[int, int] = {}  # pgid -> job id
+        self.groups: dict[int, int] = {}  # pgid -> job id (local processes only)
         self.workdirs: dict[str, int] = {}  # work dir -> job id
 
     def job_of(self, pid: int) -> int | None:
+        """A local PID, through this machine's /proc."""
         root = self.proc_root
+        containers: list[str] = []
         with contextlib.suppress(OSError):
-            cgroup = Path(f"{root}/{pid}/cgroup").read_text()
-            for match in _CONTAINER_ID.finditer(cgroup):
-                if match.group(1) in self.containers:
-                    return self.containers[match.group(1)]
+            containers = [m.group(1) for m in _CONTAINER_ID.finditer(Path(f"{root}/{pid}/cgroup").read_text())]
+        pgid = None
         with contextlib.suppress(OSError, IndexError, ValueError):
             stat = Path(f"{root}/{pid}/stat").read_bytes()
             pgid = int(stat[stat.rfind(b")") + 2 :].split()[2])
-            if pgid in self.groups:
-                return self.groups[pgid]
+        cwd = None
         with contextlib.suppress(OSError):
             cwd = os.readlink(f"{root}/{pid}/cwd")
+        return self.match(containers, pgid, cwd)
+
+    def match(self, containers: list[str], pgid: int | None, cwd: str | None) -> int | None:
+        """The job of a process known by its container ids, process group and working directory."""
+        for container in containers:
+            if container in self.containers:
+                return self.containers[container]
+        if pgid is not None and pgid in self.groups:
+            return self.groups[pgid]
+        if cwd:
             for workdir, job_id in self.workdirs.items():
                 if cwd == workdir or cwd.startswith(workdir.rstrip("/") + "/"):
                     return job_id
         return None
+
+
+# One line per GPU process on a remote host: "<gpu uuid>|<pid>|<MiB>|<container id>|<cwd>". The
+# facts ProcessMap needs are read from the host's /proc in the same round trip (cwd may be empty
+# where /proc/<pid>/cwd is not readable; the container id is the first 64-hex id of its cgroup).
+REMOTE_PROCESSES = (
+    "nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2>/dev/null | "
+    "while IFS=', ' read -r uuid pid mem rest; do "
+    "ctr=$(grep -o -m1 '[0-9a-f]\\{64\\}' /proc/$pid/cgroup 2>/dev/null); "
+    "cwd=$(readlink /proc/$pid/cwd 2>/dev/null); "
+    'printf \'%s|%s|%s|%s|%s\\n\' "$uuid" "$pid" "$mem" "$ctr" "$cwd"; done'
+)
+
+
+def parse_remote_processes(text: str, host: str, gpu_of_uuid: dict[str, int],
+                           processes: ProcessMap | None) -> list[GpuProcess]:
+    """The rows of :data:`REMOTE_PROCESSES`; rows for GPUs not in `gpu_of_uuid` or with no PID are skipped."""
+    found = []
+    for line in text.splitlines():
+        parts = line.split("|", 4)
+        if len(parts) != 5 or not parts[1].strip().isdigit() or parts[0].strip() not in gpu_of_uuid:
+            continue
+        uuid, pid, mem, container, cwd = (p.strip() for p in parts)
+        job = processes.match([container] if container else [], None, cwd or None) if processes else None
+        found.append(GpuProcess(host, gpu_of_uuid[uuid], int(pid), _value(mem), job))
+    return found
 
 
 # ----------------------------------------------------------------------------------------- sink
@@ -353,24 +391,46 @@ class SmiStreamSampler:
     """One long-lived `nvidia-smi -lms` stream over the host's SSH connection, restarted with backoff."""
 
     def __init__(self, host: str, connection: Any, sink: TelemetrySink, *, command: str = SMI_STREAM,
-                 backoff_start_s: float = 1.0, backoff_max_s: float = 60.0) -> None:
+                 backoff_start_s: float = 1.0, backoff_max_s: float = 60.0, processes: ProcessMap | None = None,
+                 process_interval_s: float = 2.0) -> None:
         self.host = host
         self.connection = connection
         self.sink = sink
         self.command = command
         self.backoff_start_s = backoff_start_s
         self.backoff_max_s = backoff_max_s
-        self._task: asyncio.Task[None] | None = None
+        self.process_map = processes
+        self.process_interval_s = process_interval_s
+        self.gpu_of_uuid: dict[str, int] = {}  # learnt from the stream's rows
+        self._tasks: list[asyncio.Task[None]] = []
         self.restarts = 0
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._main(), name=f"smi-{self.host}")
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._main(), name=f"smi-{self.host}")]
+        if self.process_map is not None:
+            self._tasks.append(loop.create_task(self._processes_loop(), name=f"smi-procs-{self.host}"))
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(BaseException):
-                await self._task
+                await task
+
+    async def _processes_loop(self) -> None:
+        """GPU processes every few seconds in one short round trip, mapped to jobs by their host facts."""
+        from .remote import HostDown
+
+        while True:
+            await asyncio.sleep(self.process_interval_s)
+            if not self.gpu_of_uuid or not self.connection.up:
+                continue
+            try:
+                result = await self.connection.run(REMOTE_PROCESSES, timeout=10, control=True)
+            except (HostDown, asyncio.TimeoutError):
+                continue
+            self.sink.host(self.host).processes = parse_remote_processes(
+                result.stdout.decode(errors="replace"), self.host, self.gpu_of_uuid, self.process_map)
 
     async def _main(self) -> None:
         delay = self.backoff_start_s
@@ -402,6 +462,7 @@ class SmiStreamSampler:
                         samples = parser.feed(chunk)
                         if samples:
                             delivered = True
+                            self.gpu_of_uuid.update((s.uuid, s.gpu) for s in samples if s.uuid)
                             self.sink.add(samples)
                             self.sink.set_state(self.host, "ok")
                     parser.cut()

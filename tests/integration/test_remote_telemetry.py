@@ -91,8 +91,10 @@ def test_engine_samples_a_remote_gpu_host_into_the_store(tmp_path):
     try:
         hosts = server.host_yaml("gpubox", gpus="auto", slots=1)
         bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}})
-        # the agent takes ~3 s so that the 1 Hz stream delivers samples while the job runs
-        text = bench.read_text().replace("echo agent on", "sleep 3; echo agent on")
+        # the agent takes ~5 s so that the 1 Hz stream delivers samples while the job runs, in a
+        # process the stand-in lists as a GPU process
+        text = bench.read_text().replace(
+            "echo agent on", "python3 -c 'import time; time.sleep(5)' resenv-gpu-marker; echo agent on")
         bench.write_text(text)
         done = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--host", "gpubox",
                                "--display", "plain", "--tiers", "C1"], env=cli_environ(tmp_path), cwd=tmp_path,
@@ -105,5 +107,11 @@ def test_engine_samples_a_remote_gpu_host_into_the_store(tmp_path):
         inventory = json.loads(rows(db, "SELECT inventory_json FROM hosts WHERE name = 'gpubox'")[0]["inventory_json"])
         assert inventory["gpus"] == [0, 1] and inventory["driver"] == "580.159.04" and inventory["cuda"] == "13.0"
         assert inventory.get("telemetry") == "ok"
+        # the host's GPU process was mapped to the job through its working directory on the host
+        job_id = rows(db, "SELECT id FROM jobs")[0]["id"]
+        seen = [json.loads(r["data"]) for r in rows(db, "SELECT data FROM events WHERE kind = 'gpu_processes'")]
+        mapped = [p for event in seen if event["host"] == "gpubox" for p in event["processes"]]
+        assert mapped and all(p["gpu"] == 0 and p["used_mib"] == 1024 for p in mapped), seen
+        assert {p["job_id"] for p in mapped} == {job_id}, seen
     finally:
         server.stop()

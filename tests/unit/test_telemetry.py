@@ -212,3 +212,23 @@ async def test_sink_writes_samples_keeps_bounded_retention_and_marks_stale(tmp_p
     assert states[-1] == ("h", "ok")
     await writer.close()
     conn.close()
+
+
+def test_remote_process_rows_map_to_jobs_by_container_then_work_dir():
+    from resenv.engine.telemetry import ProcessMap, parse_remote_processes
+
+    ctr = "a" * 64
+    processes = ProcessMap()
+    processes.containers[ctr] = 7
+    processes.workdirs["/data/runs/r/one--a/attempt-1/work"] = 3
+    text = "\n".join([
+        f"GPU-0|101|1024|{ctr}|/",                                   # in a job's container
+        "GPU-1|102|[N/A]||/data/runs/r/one--a/attempt-1/work/repo",  # under a job's work dir
+        "GPU-1|103|5||/home/someone|with|bars",                      # someone else's process
+        "GPU-9|104|5||/",                                            # a GPU the stream never showed
+        "GPU-0|not-a-pid|5||/",
+        "GPU-0|105|5",                                               # cut short
+    ])
+    found = parse_remote_processes(text, "h", {"GPU-0": 0, "GPU-1": 1}, processes)
+    assert [(p.gpu, p.pid, p.used_mib, p.job_id) for p in found] == [
+        (0, 101, 1024.0, 7), (1, 102, None, 3), (1, 103, 5.0, None)]
