@@ -18,7 +18,7 @@ from .agents import AgentAdapter, JobPaths
 from .agents.session import AgentSession  # issue 6: usage, cost, budgets, completion
 from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv
 from .hosts import Lease
-from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError
+from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError, is_remote
 from .secrets import redact_files, redact_obj  # issue 6: secrets never reach the store
 from .store import StoreWriter
 from .tiers import TierRunner
@@ -107,7 +107,7 @@ class JobAttempt:
         return JobPaths(
             run_id=self.ctx.run_id, job_key=self.job["key"], workdir=work, repo=work / "repo",
             env=work / "env", report=work / "report.json", gpus=self.lease.gpus,
-            budget_s=self._agent_deadline(),
+            budget_s=self._agent_deadline(), remote=is_remote(self.sandbox),
         )
 
     @property
@@ -237,6 +237,8 @@ class JobAttempt:
         if command is None:  # the run's dollar budget is spent: the agent does not start
             self.agent_stop_reason = session.stop_reason
             return
+        for rel_path, data in command.files.items():
+            await self.sandbox.put(rel_path, data)
         # The agent sees exactly the GPUs its job leased, as the probes will.
         env = {"CUDA_VISIBLE_DEVICES": self.paths.template_values()["gpus"], **command.env}
         result = await self.run_command(

@@ -689,6 +689,7 @@ class BaselineAgent(SpecModel):
     kind: Literal["baseline"]
     offline: Annotated[bool, Strict()] = False
     python: Text | None = None
+    driver: Text | None = None  # the interpreter that runs the script (default: see engine/agents/baseline.py)
     installer: Literal["auto", "uv", "pip"] = "auto"
 
 

@@ -22,6 +22,7 @@ class JobPaths:
     gpus: tuple[int, ...] = ()
     python: str = ""
     budget_s: float | None = None  # the agent's wall-clock budget (the agent phase's deadline), if known
+    remote: bool = False  # the sandbox runs on another machine or in a container: engine paths are not there
 
     def template_values(self) -> dict[str, str]:
         return {
@@ -42,6 +43,7 @@ class AgentCommand:
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
     stdin: bytes | None = None
+    files: dict[str, bytes] = field(default_factory=dict)  # put into the sandbox (paths relative to its work dir) first
 
 
 class AgentAdapter(Protocol):

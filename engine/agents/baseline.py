@@ -1,10 +1,11 @@
 """The `baseline` agent: resenv's built-in rule-based agent (no LLM), honest about what it measured.
 
 The work is done by ONE stdlib-only script, `baseline_agent.py` beside this file (its docstring has
-the steps and the event schema). The adapter runs it by path inside the job's sandbox, with the
-engine's own interpreter (Python >= 3.11, for tomllib) as the driver, so the sandbox's timeout,
-pause and kill reach it and everything it starts. The env itself is built from `python:` (default:
-the engine's `sys.executable`).
+the steps and the event schema). The adapter stages it into the job's work dir and runs it there,
+so the sandbox's timeout, pause and kill reach it and everything it starts. Its driver (Python >=
+3.11, for tomllib) is `driver:`, else the engine's own interpreter on the local process sandbox and
+the sandbox's `python3` on an SSH host or in a container. The env itself is built from `python:`
+(default: the driver).
 
 The sandbox gives every command a clean environment and a private HOME, which would hide the
 operator's package configuration; the adapter passes on exactly what an install needs to reach the
@@ -30,6 +31,7 @@ from ..sandbox.base import OutputLine
 from .base import AgentCommand, JobPaths
 
 SCRIPT = Path(__file__).with_name("baseline_agent.py")
+STAGED = ".resenv-agent/baseline_agent.py"
 
 # Event types and the fields the script emits (see baseline_agent.py); anything else is kept raw.
 EVENT_FIELDS: dict[str, tuple[str, ...]] = {
@@ -82,19 +84,23 @@ class BaselineAgent:
         self.spec = spec
 
     def command(self, paths: JobPaths) -> AgentCommand:
-        argv = [sys.executable, "-u", str(SCRIPT), "--repo", str(paths.repo), "--env", str(paths.env),
+        # The script travels into the sandbox: on an SSH host or in a container the engine's files
+        # are not there, and neither is its interpreter, so the sandbox's own `python3` drives it.
+        script = paths.workdir / STAGED
+        driver = self.spec.driver or ("python3" if paths.remote else sys.executable)
+        argv = [driver, "-u", str(script), "--repo", str(paths.repo), "--env", str(paths.env),
                 "--report", str(paths.report), "--installer", self.spec.installer]
-        if self.spec.python:  # else the script's own interpreter (the engine's) is the base
+        if self.spec.python:  # else the script's own interpreter (the driver) is the base
             argv += ["--python", self.spec.python]
         if self.spec.offline:
             argv.append("--offline")
-        uv = shutil.which("uv")
+        uv = None if paths.remote else shutil.which("uv")
         if uv:
             argv += ["--uv", uv]
         budget = getattr(paths, "budget_s", None)
         if budget:
             argv += ["--budget-s", f"{float(budget):g}"]
-        return AgentCommand(argv=argv, env=forwarded_env())
+        return AgentCommand(argv=argv, env=forwarded_env(), files={STAGED: SCRIPT.read_bytes()})
 
     def parse(self, line: OutputLine) -> list[dict[str, Any]]:
         """The script's jsonl events, kept whole (every field it emits); anything else as output."""

@@ -35,6 +35,7 @@ recorded and passed as ``command(paths, prompt=...)``), ``secrets`` (`secrets.Ag
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 import time
 from pathlib import Path
@@ -122,7 +123,7 @@ class AgentSession:
         home = getattr(self.attempt.sandbox, "home", None)
         if live_dir is not None and home is not None:
             self._watcher = asyncio.get_running_loop().create_task(self._watch_usage(live_dir(paths, Path(home))))
-        return AgentCommand(argv=command.argv, env=env, stdin=command.stdin)
+        return dataclasses.replace(command, env=env)
 
     async def _watch_usage(self, directory: Path) -> None:
         """Tail the agent's own session log for running usage totals (see codex.py)."""

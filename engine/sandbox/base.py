@@ -95,3 +95,8 @@ class Sandbox(Protocol):
     async def close(self) -> None:
         """Kill anything still running and refuse further execs."""
         ...
+
+
+def is_remote(sandbox: object) -> bool:
+    """Whether the sandbox's files live on another machine or in a container (it can sync them back)."""
+    return getattr(sandbox, "sync_back", None) is not None

@@ -3,7 +3,9 @@ its import scan and import -> distribution mapping, and its adapter and spec ent
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -436,7 +438,12 @@ def test_adapter_command_and_parse(tmp_path):
                      env=tmp_path / "w/env", report=tmp_path / "w/report.json", budget_s=600)
     command = adapter.command(paths)
     argv = command.argv
-    assert argv[2].endswith("baseline_agent.py") and Path(argv[2]).is_file()
+    # the script is staged into the sandbox and run from there, by the engine's interpreter locally
+    staged = next(iter(command.files))
+    assert argv[2] == str(paths.workdir / staged) and b"resenv's built-in baseline agent" in command.files[staged]
+    assert argv[0] == sys.executable
+    remote = adapter.command(dataclasses.replace(paths, remote=True)).argv
+    assert remote[0] == "python3" and "--uv" not in remote, "an SSH host or container has its own python3"
     assert argv[argv.index("--repo") + 1] == str(paths.repo)
     assert argv[argv.index("--env") + 1] == str(paths.env)
     assert argv[argv.index("--report") + 1] == str(paths.report)
