@@ -232,3 +232,16 @@ def test_remote_process_rows_map_to_jobs_by_container_then_work_dir():
     found = parse_remote_processes(text, "h", {"GPU-0": 0, "GPU-1": 1}, processes)
     assert [(p.gpu, p.pid, p.used_mib, p.job_id) for p in found] == [
         (0, 101, 1024.0, 7), (1, 102, None, 3), (1, 103, 5.0, None)]
+
+
+def test_the_remote_process_rows_recorded_on_the_h200_parse_and_map_to_their_job():
+    from resenv.engine.telemetry import ProcessMap, parse_remote_processes
+
+    text = (Path(__file__).parents[1] / "fixtures" / "nvidia-smi" / "h200-compute-apps-with-facts.txt").read_text()
+    header, smi_row, _, facts_row = text.splitlines()[:4]
+    uuid, pid, mib = (part.strip() for part in smi_row.split(","))
+    workdir = header.split("work dir ")[1]
+    processes = ProcessMap()
+    processes.workdirs[workdir] = 42
+    found = parse_remote_processes(facts_row, "h200", {uuid: 0}, processes)
+    assert [(p.gpu, p.pid, p.used_mib, p.job_id) for p in found] == [(0, int(pid), float(mib), 42)]

@@ -1,0 +1,1 @@
+nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits 2>/dev/null | while IFS=', ' read -r uuid pid mem rest; do ctr=$(grep -o -m1 '[0-9a-f]\{64\}' /proc/$pid/cgroup 2>/dev/null); cwd=$(readlink /proc/$pid/cwd 2>/dev/null); printf '%s|%s|%s|%s|%s\n' "$uuid" "$pid" "$mem" "$ctr" "$cwd"; done
