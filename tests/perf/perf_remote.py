@@ -5,8 +5,9 @@
 2. **Telemetry cost**: 8 hosts x 8 GPUs sampled at 1 Hz — 8 connections (to one loopback sshd),
    each running one long-lived `nvidia-smi --query-gpu=... -lms 1000` stream (the recorded-output
    stand-in, 8 rows per tick), parsed and written to a real store by `TelemetrySink` once a
-   second, for DURATION seconds. The engine's CPU = this process's user+system time (all threads)
-   over the window / wall time. Target: < 5 % of one core.
+   second, for DURATION seconds, plus the GPU-process query (`REMOTE_PROCESSES`) every 2 s per
+   host. The engine's CPU = this process's user+system time (all threads) over the window / wall
+   time. Target: < 5 % of one core.
 3. **Container start**: time of a job's first command in a `DockerSandbox` (create + start the
    container, make the work dir, `docker exec true`) minus the same first `true` in a
    `ProcessSandbox`, N times, against a private dockerd with the locally built test image.
@@ -32,7 +33,7 @@ from _perfutil import REPO_ROOT, summary, verdict, write_result  # noqa: F401  (
 
 from resenv.engine.remote import SshConnection, SshTarget
 from resenv.engine.store import StoreWriter
-from resenv.engine.telemetry import SMI_STREAM, SmiStreamSampler, TelemetrySink
+from resenv.engine.telemetry import SMI_STREAM, ProcessMap, SmiStreamSampler, TelemetrySink
 from tests.sshd_rig import make_sshd, standin_bin
 
 
@@ -70,7 +71,7 @@ async def telemetry(server, root: Path, hosts: int, duration: float) -> dict:
         connection = SshConnection(target)
         await connection.connect()
         connections.append(connection)
-        sampler = SmiStreamSampler(f"h{index}", connection, sink, command=SMI_STREAM)
+        sampler = SmiStreamSampler(f"h{index}", connection, sink, command=SMI_STREAM, processes=ProcessMap())
         sampler.start()
         samplers.append(sampler)
     flusher = asyncio.create_task(sink.run(1.0))
