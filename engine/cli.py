@@ -299,6 +299,11 @@ from .hostcheck import hosts_group  # noqa: E402
 
 main.add_command(hosts_group)
 
+# issue 9: `resenv assets fetch|status|pin`
+from .assets_cli import assets_group  # noqa: E402
+
+main.add_command(assets_group)
+
 
 if __name__ == "__main__":
     main()

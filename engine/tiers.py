@@ -25,8 +25,9 @@ from ..probes.classifier import classify
 from ..probes.kit import SCRIPTS, script_source
 from ..probes.mirror import Mirror, build_mirror, failed_mirror
 from ..probes.report import ReportLoad, load_report
+from .assets import AssetCache, missing_indexes, presence_script  # issue 9
 from .gpuinfo import DriverInfo, cuda_supported
-from .sandbox.base import ExecResult, SandboxError
+from .sandbox.base import ExecResult, SandboxError, is_remote
 
 if TYPE_CHECKING:
     from .lifecycle import JobAttempt
@@ -39,11 +40,6 @@ OUTPUT_TAIL = 4000
 CLASSIFY_BYTES = 256 * 1024
 PROBE_DIR = ".resenv-probes"
 IMPORT_MAP_BYTES = 512 * 2**20
-
-
-def is_remote(sandbox: object) -> bool:
-    """Whether the sandbox's files live on another machine or in a container (it can sync them back)."""
-    return getattr(sandbox, "sync_back", None) is not None
 
 
 @dataclass
@@ -116,6 +112,7 @@ class TierRunner:
             self.state.results[tier] = TierResult(tier, row["status"], row["category"])
         self.repo = attempt.ctx.suite.repo(attempt.job["repo_id"])
         self.bench = attempt.ctx.bench
+        self._assets_missing: list[str] | None = None  # issue 9: checked once, before the first entrypoint
 
     # -- orchestration ----------------------------------------------------------------------
     async def run_probes(self) -> None:
@@ -303,11 +300,13 @@ class TierRunner:
             return missing
         if (failed := self._no_interpreter(tier)) is not None:
             return failed
+        if (unready := await self._assets_unready(tier)) is not None:  # issue 9
+            return unready
         paths = self.attempt.paths
         values = paths.template_values() | {
             "python": self.state.python or "", "gpus": ",".join(map(str, gpus)), "ngpus": str(len(gpus)),
         }
-        extra = spec.render_env(values)
+        extra = self._asset_cache().probe_env() | spec.render_env(values)  # issue 9: offline, on the cache
         if tier == "C4":
             extra = {"NCCL_DEBUG": "WARN", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **extra}
         argv = spec.argv(values)
@@ -316,6 +315,44 @@ class TierRunner:
             "probes", argv, env=self._env(values["gpus"], extra), timeout=timeout, cwd=paths.repo, log_name=tier,
         )
         return self._judge_exec(tier, argv, result, gpus)
+
+    # -- issue 9: assets, fetched before scoring ----------------------------------------------
+    def _asset_cache(self) -> AssetCache:
+        return AssetCache.for_run(self.attempt.ctx.run_dir)
+
+    async def _assets_unready(self, tier: str) -> TierResult | None:
+        """The repo's declared assets must be in the host's cache (`resenv assets fetch`): a missing one
+        is the infrastructure's fault, never the agent's, so the tier is `error`/`infra`."""
+        if not self.repo.assets:
+            return None
+        if self._assets_missing is None:
+            self._assets_missing = await self._stage_assets()
+        if not self._assets_missing:
+            return None
+        cache = self._asset_cache()
+        return TierResult(tier, "error", "infra", {
+            "reason": f"asset(s) not in the cache of host {self.attempt.lease.host.name}: "
+                      f"{', '.join(self._assets_missing)}; run `resenv assets fetch` before scoring",
+            "missing_assets": self._assets_missing, "cache": str(cache.root)})
+
+    async def _stage_assets(self) -> list[str]:
+        """Check the cache where the sandbox runs and link `dest:` assets into the checkout; returns
+        the labels of missing assets. A container sees nothing of its host, so it first gets a copy of
+        the engine's verified assets."""
+        cache, assets = self._asset_cache(), self.repo.assets
+        if (put_abs := getattr(self.attempt.sandbox, "put_abs", None)) is not None:
+            for asset in assets:
+                if cache.is_cached(asset):
+                    for tree in (*cache.trees(asset), cache.record_path(asset)):
+                        await put_abs(tree)
+        script = presence_script(cache, assets, place_into=self.attempt.paths.repo)
+        result = await self.attempt.run_command(
+            "probes", ["sh", "-c", script], env=self._env(""), timeout=self.bench.defaults.tier_timeouts.C2,
+            log_name="assets")
+        if not result.ok:
+            raise OSError(f"placing assets into the checkout failed (exit {result.returncode}): "
+                          + tail_text(result.stderr_path, limit=OUTPUT_TAIL).strip())
+        return [assets[index].label() for index in missing_indexes(tail_text(result.stdout_path))]
 
     def _judge_exec(self, tier: str, argv: list[str], result: ExecResult, gpus: tuple[int, ...]) -> TierResult:
         evidence = {
