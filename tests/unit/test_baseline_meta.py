@@ -37,7 +37,7 @@ def test_requirements_includes_constraints_options_and_editables(tmp_path):
             -r requirements-base.txt
             --requirement=sub/more.txt
             -c constraints.txt
-            --extra-index-url https://download.pytorch.org/whl/cpu
+            --extra-index-url https://wheels.example.invalid/whl/cpu
             -f ./wheels
             --pre
             torch==2.3.1 \\
@@ -62,7 +62,7 @@ def test_requirements_includes_constraints_options_and_editables(tmp_path):
         "git+https://github.com/org/dep.git#egg=dep", str((tmp_path / "vendor/local_pkg").resolve()),
     ]
     assert reqs.constraints == [str((tmp_path / "constraints.txt").resolve())]
-    assert reqs.index_options == ["--extra-index-url", "https://download.pytorch.org/whl/cpu",
+    assert reqs.index_options == ["--extra-index-url", "https://wheels.example.invalid/whl/cpu",
                                   "--find-links", str((tmp_path / "wheels").resolve()), "--pre"]
     assert reqs.local_projects == [str(tmp_path.resolve()), str((tmp_path / "libs/helper").resolve())]
     assert any("--no-binary" in note for note in reqs.notes)
