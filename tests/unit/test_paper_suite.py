@@ -80,3 +80,20 @@ def test_the_evidence_file_covers_every_repo(paper):
     for repo in paper.repos:
         slug = repo.source.git.removeprefix("https://github.com/")
         assert f"## {slug} @ `{repo.source.commit}`" in evidence, repo.id
+
+
+def test_the_check_output_is_current(paper):
+    """docs/evidence/paper-suite/check-output.txt (check_suite.py run against the repos' git copies) shows
+    every repo at its pinned commit and every entrypoint exactly as benchmark.yaml has it now, with no
+    missing file or module: an entrypoint edited without re-running the check fails here."""
+    output = (REPO_ROOT / "docs" / "evidence" / "paper-suite" / "check-output.txt").read_text()
+    values = {name: f"/resenv/{name}" for name in TEMPLATE_FIELDS} | {"python": "PYTHON", "ngpus": "2", "gpus": "0,1"}
+    for repo in paper.repos:
+        slug = repo.source.git.removeprefix("https://github.com/")
+        assert f"## {slug} @ {repo.source.commit} (id {repo.id})" in output, repo.id
+        for tier, target in repo.tiers().items():
+            if isinstance(target, Entrypoint):
+                argv = target.argv(values)
+                shown = argv[2] if argv[:2] == ["sh", "-c"] else " ".join(argv)
+                assert f"\n  {tier}: {shown}\n" in output, (repo.id, tier)
+    assert "\nmissing references: 0\n" in output
