@@ -303,8 +303,12 @@ class TierRunner:
         if (unready := await self._assets_unready(tier)) is not None:  # issue 9
             return unready
         paths = self.attempt.paths
+        host_ids = ",".join(map(str, gpus))
+        # {gpus} in a command names the GPUs as the sandbox sees them (a container renumbers them)
+        renumber = getattr(self.attempt.sandbox, "visible_gpus", None)
         values = paths.template_values() | {
-            "python": self.state.python or "", "gpus": ",".join(map(str, gpus)), "ngpus": str(len(gpus)),
+            "python": self.state.python or "", "gpus": renumber(host_ids) if renumber else host_ids,
+            "ngpus": str(len(gpus)),
         }
         extra = self._asset_cache().probe_env() | spec.render_env(values)  # issue 9: offline, on the cache
         if tier == "C4":
@@ -312,7 +316,7 @@ class TierRunner:
         argv = spec.argv(values)
         timeout = self.bench.tier_timeout(self.repo, tier)
         result = await self.attempt.run_command(
-            "probes", argv, env=self._env(values["gpus"], extra), timeout=timeout, cwd=paths.repo, log_name=tier,
+            "probes", argv, env=self._env(host_ids, extra), timeout=timeout, cwd=paths.repo, log_name=tier,
         )
         return self._judge_exec(tier, argv, result, gpus)
 

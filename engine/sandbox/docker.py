@@ -261,11 +261,13 @@ class DockerSandbox:
         out = sandbox_env(self.home, self.tmp, env)
         visible = out.get("CUDA_VISIBLE_DEVICES")
         if visible is not None and self.gpus:
-            # inside the container the leased GPUs are numbered 0..n-1
-            order = {str(gpu): str(index) for index, gpu in enumerate(self.gpus)}
-            out["CUDA_VISIBLE_DEVICES"] = ",".join(order.get(part.strip(), part.strip())
-                                                   for part in visible.split(",") if part.strip())
+            out["CUDA_VISIBLE_DEVICES"] = self.visible_gpus(visible)
         return out
+
+    def visible_gpus(self, host_ids: str) -> str:
+        """Host GPU ids ("3,5") as the container numbers them ("0,1"): its leased GPUs are 0..n-1."""
+        order = {str(gpu): str(index) for index, gpu in enumerate(self.gpus)}
+        return ",".join(order.get(part.strip(), part.strip()) for part in host_ids.split(",") if part.strip())
 
     @property
     def paused(self) -> bool:

@@ -226,6 +226,7 @@ def test_gpu_request_only_when_leased_and_visible_devices_renumbered(tmp_path):
     assert request["DeviceIDs"] == ["3", "5"] and request["Capabilities"] == [["gpu"]]
     assert box.child_env({"CUDA_VISIBLE_DEVICES": "5"})["CUDA_VISIBLE_DEVICES"] == "1"
     assert box.child_env({"CUDA_VISIBLE_DEVICES": "3,5"})["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert box.visible_gpus("5") == "1", "a probe's {gpus} names what the container sees"
     assert "device_requests" not in host.sandbox(tmp_path / "w2", attempt=FakeAttempt("r")).create_kwargs()
     assert kwargs["privileged"] is False and kwargs["network_mode"] == "none"
 
