@@ -171,3 +171,51 @@ def start_dockerd() -> Dockerd:
     daemon = Dockerd(root)
     daemon.start()
     return daemon
+
+
+# ------------------------------------------------------------- opt-in: a real Debian + Python image
+DEBIAN_IMAGE = "resenv-test/debian-python:1"
+DEBIAN_PACKAGES = ["python3", "python3-venv", "python3-pip", "python3-dev", "gcc", "libc6-dev", "git",
+                   "ca-certificates", "procps"]
+
+
+def debian_images_wanted() -> bool:
+    """The Debian image tier is opt-in (RESENV_DEBIAN_IMAGE=1): debootstrap takes minutes."""
+    return os.environ.get("RESENV_DEBIAN_IMAGE") == "1"
+
+
+def apt_mirror() -> str:
+    """This machine's own Debian mirror (the first `URIs:` / `deb` source), so nothing is hard-coded."""
+    deb822 = Path("/etc/apt/sources.list.d/debian.sources")
+    if deb822.exists():
+        for line in deb822.read_text().splitlines():
+            if line.startswith("URIs:"):
+                return line.split()[1]
+    classic = Path("/etc/apt/sources.list")
+    if classic.exists():
+        for line in classic.read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[0] == "deb":
+                return parts[1] if not parts[1].startswith("[") else parts[2]
+    raise RuntimeError("no Debian mirror configured in /etc/apt")
+
+
+def build_debian_image(dockerd: Dockerd, work: Path, tag: str = DEBIAN_IMAGE) -> str:
+    """A Debian (this machine's release) image with Python, venv, pip, a C compiler and git, built
+    by debootstrap from this machine's own mirror and imported into the private daemon."""
+    if shutil.which("debootstrap") is None:
+        subprocess.run(["apt-get", "install", "-y", "-q", "debootstrap"], check=True, capture_output=True,
+                       env=dict(os.environ, DEBIAN_FRONTEND="noninteractive"))
+    codename = next(line.split("=", 1)[1] for line in Path("/etc/os-release").read_text().splitlines()
+                    if line.startswith("VERSION_CODENAME="))
+    root = work / "debian-root"
+    subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}", codename,
+                    str(root), apt_mirror()], check=True, capture_output=True)
+    # the image trusts what this machine trusts (a site's TLS-inspecting proxy, say), as a lab's images would
+    shutil.copy2("/etc/ssl/certs/ca-certificates.crt", root / "etc/ssl/certs/ca-certificates.crt")
+    tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+    subprocess.run(["docker", "-H", dockerd.socket, "import", "--change", "LABEL resenv.test=1",
+                    "--change", "ENV PATH=/usr/local/bin:/usr/bin:/bin", "-", tag],
+                   stdin=tar.stdout, check=True, capture_output=True)
+    tar.wait()
+    return tag
