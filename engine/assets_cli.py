@@ -31,23 +31,15 @@ from .assets import (
     AssetCache, AssetError, Say, describe, fetch, human_size, missing_indexes, presence_script, redact_text, select_files,
     unique_assets,
 )
+from .cliload import load_for_cli
 from .paths import default_data_dir
 from .sandbox.base import SandboxError
-from .spec import Asset, Benchmark, SpecError, SpecLookupError, format_issues, load_benchmark
+from .spec import Asset, Benchmark, SpecLookupError
 
 
 @click.group("assets")
 def assets_group() -> None:
     """Model weights and data files the repos' entrypoints need: fetched before scoring, used offline."""
-
-
-def _load(path: Path) -> Benchmark:
-    try:
-        return load_benchmark(path)
-    except SpecError as error:
-        raise click.ClickException("invalid benchmark:\n" + format_issues(error.issues)) from error
-    except OSError as error:
-        raise click.ClickException(f"cannot read {path}: {error.strerror}") from error
 
 
 def _selection(bench: Benchmark, suite: str | None, repos: tuple[str, ...], hosts: tuple[str, ...],
@@ -97,7 +89,7 @@ def fetch_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], ho
     from huggingface_hub.utils import disable_progress_bars
 
     disable_progress_bars()  # one line per file from resenv instead of a bar per file
-    bench = _load(benchmark)
+    bench = load_for_cli(benchmark)
     suite_name, assets, host_names = _selection(bench, suite, repos, hosts)
     cache = _cache(data_dir)
     total = sum(asset.size for asset in assets)
@@ -187,7 +179,7 @@ async def _push(host: Any, cache: AssetCache, asset: Asset) -> None:
 def status_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], hosts: tuple[str, ...],
                    data_dir: Path | None) -> None:
     """Per host, which assets of a suite are cached and verified and which are missing (exit 1 if any)."""
-    bench = _load(benchmark)
+    bench = load_for_cli(benchmark)
     suite_name, assets, host_names = _selection(bench, suite, repos, hosts)
     cache = _cache(data_dir)
     click.echo(f"suite {suite_name}: {len(assets)} asset(s); cache {cache.root}")

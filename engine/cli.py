@@ -16,10 +16,11 @@ from rich.table import Table
 from . import __version__
 from .controls import ACTIONS
 from .display import NoDisplay, PlainDisplay
+from .cliload import load_for_cli
 from .paths import default_data_dir, default_db
 from .runs import RunPlan, create_run
 from .scheduler import Engine, EngineBusy, engine_alive
-from .spec import SpecError, SpecLookupError, format_issues, load_benchmark
+from .spec import SpecLookupError
 from .secrets import load_secrets
 from .store import StoreError, StoreReader, insert_control
 from .tiers import ALL_TIERS
@@ -98,7 +99,7 @@ def run(
         finally:
             reader.close()
     else:
-        bench = _load(benchmark)
+        bench = load_for_cli(benchmark)
         plan = RunPlan(
             suite=suite or bench.defaults.suite,
             agents=list(agents) or [bench.defaults.agent],
@@ -162,20 +163,11 @@ def parse_tiers(text: str) -> tuple[str, ...]:
     return tuple(tier for tier in ALL_TIERS if tier in chosen)
 
 
-def _load(path: Path):
-    try:
-        return load_benchmark(path)
-    except SpecError as error:
-        raise click.ClickException("invalid benchmark:\n" + format_issues(error.issues)) from error
-    except OSError as error:
-        raise click.ClickException(f"cannot read {path}: {error.strerror}") from error
-
-
 @main.command()
 @click.argument("benchmark", type=click.Path(path_type=Path), default="benchmark.yaml", required=False)
 def validate(benchmark: Path) -> None:
     """Check a benchmark file; print every error with its line and field."""
-    bench = _load(benchmark)
+    bench = load_for_cli(benchmark)
     repos = sum(len(suite.repos) for suite in bench.suites.values())
     console.print(f"{benchmark}: ok ({len(bench.suites)} suites, {repos} repo tasks, "
                   f"{len(bench.agents)} agents, {len(bench.hosts)} hosts)")
