@@ -49,12 +49,46 @@ class Fleet:
             await asyncio.gather(*(host.start() for host in ssh), return_exceptions=True)
             for host in ssh:
                 self._record(host, "up" if host.available() else "down", host.connection.reason)
+        await self._start_slurm()  # issue 10
         for host in self.hosts:
             self._start_sampler(host)
         await self._docker_hygiene("reap")
         self._tasks.append(asyncio.create_task(self._telemetry_loop(), name="telemetry"))
 
+    async def _start_slurm(self) -> None:
+        """Slurm hosts: connect (a login node), read the cluster, start the poller; record their states."""
+        slurm = [host for host in self.hosts if _is_slurm(host)]
+        for host in slurm:
+            host.data_dir, host.run_id = self.engine.run_dir, self.run_id
+            host.monitor.on_state = lambda state, reason, host=host: self._slurm_state(host, state, reason)
+            if host.ssh is not None:
+                host.ssh.data_dir = self.engine.run_dir
+                host.ssh.connection.listeners.append(
+                    lambda state, reason, host=host: self._slurm_state(host, state, reason))
+        if slurm:
+            await asyncio.gather(*(host.start() for host in slurm), return_exceptions=True)
+            for host in slurm:
+                self._record(host, "up" if host.available() else "down", None)
+
+    def _slurm_state(self, host: Any, state: str, reason: str | None) -> None:
+        """The controller (or the login node) became unreachable or answered again."""
+        if state == "closed":
+            return
+        self._record(host, "up" if state == "up" else "down", reason)
+        self.engine.display.message(f"host {host.name}: slurm {'answers again' if state == 'up' else state}"
+                                    + (f": {reason}" if reason else ""))
+        if state == "up" and not host.facts_ready:
+            asyncio.get_running_loop().create_task(self._refresh_slurm(host))
+        self.engine.wake.set()
+
+    async def _refresh_slurm(self, host: Any) -> None:
+        await host.refresh()
+        self._record(host, "up" if host.available() else "down", None)
+        self.engine.wake.set()
+
     def _start_sampler(self, host: Any) -> None:
+        if _is_slurm(host):
+            return  # the cluster's GPUs are its own; nodes are sampled by the site's tools
         if _is_ssh(host):
             if host.gpu_ids:
                 sampler = SmiStreamSampler(host.name, host.connection, self.sink, processes=self.process_map)
@@ -76,7 +110,7 @@ class Fleet:
         self.sink.flush()
         await self._docker_hygiene("prune")
         for host in self.hosts:
-            if _is_ssh(host):
+            if _is_ssh(host) or _is_slurm(host):
                 with contextlib.suppress(Exception):
                     await host.close()
 
@@ -201,3 +235,7 @@ def host_rows_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _is_ssh(host: Any) -> bool:
     return getattr(host, "kind", "local") == "ssh" and hasattr(host, "connection")
+
+
+def _is_slurm(host: Any) -> bool:
+    return getattr(host, "kind", "local") == "slurm" and hasattr(host, "monitor")

@@ -58,6 +58,7 @@ class HostFacts:
     cuda_version: str | None = None
     gpu_state: str = "unknown"  # ok | no NVIDIA driver | nvidia-smi failed: ...
     docker: str | None = None  # server version, or None
+    slurm: dict[str, Any] | None = None  # issue 10: partition, nodes, GPUs per node, limits (slurm hosts)
     docker_error: str | None = None
     image: str | None = None
     disk_free_gib: float | None = None
@@ -193,7 +194,12 @@ async def check_hosts(bench: Any, data_dir: Path, names: list[str] | None = None
     for name, spec in bench.hosts.items():
         if names and name not in names:
             continue
-        if spec.kind == "ssh":
+        if spec.kind == "slurm":  # issue 10
+            from .slurm.check import slurm_host_facts
+
+            longest = max(bench.defaults.timeouts.agent, *bench.defaults.tier_timeouts.model_dump().values())
+            results.append(await slurm_host_facts(name, spec, data_dir, longest))
+        elif spec.kind == "ssh":
             connection = SshConnection(SshTarget.from_spec(name, spec))
             try:
                 results.append(await remote_facts(connection, spec, data_dir))
@@ -206,6 +212,10 @@ async def check_hosts(bench: Any, data_dir: Path, names: list[str] | None = None
 
 def format_facts(facts: HostFacts) -> list[str]:
     """Human lines for one host (the CLI prints them)."""
+    if facts.kind == "slurm":  # issue 10
+        from .slurm.check import format_slurm
+
+        return format_slurm(facts)
     if not facts.reachable:
         return [f"{facts.name} ({facts.kind}): UNREACHABLE", *[f"  problem: {p}" for p in facts.problems]]
     gpus = ", ".join(f"{gpu['index']}:{gpu.get('name')}" for gpu in facts.gpus) or facts.gpu_state
@@ -246,15 +256,10 @@ if click is not None:
         import sys
         from dataclasses import asdict
 
+        from .cliload import load_for_cli
         from .paths import default_data_dir
-        from .spec import SpecError, format_issues, load_benchmark
 
-        try:
-            bench = load_benchmark(benchmark)
-        except SpecError as error:
-            raise click.ClickException("invalid benchmark:\n" + format_issues(error.issues)) from error
-        except OSError as error:
-            raise click.ClickException(f"cannot read {benchmark}: {error.strerror}") from error
+        bench = load_for_cli(benchmark)
         unknown = [name for name in names if name not in bench.hosts]
         if unknown:
             raise click.ClickException(f"unknown host(s) {', '.join(unknown)}; known: {', '.join(bench.hosts)}")

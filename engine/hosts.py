@@ -140,6 +140,11 @@ def build_hosts(host_specs: dict[str, Any]) -> list[Host]:
 
             hosts.append(build_ssh_host(name, spec))
             continue
+        if spec.kind == "slurm":  # issue 10: the cluster's scheduler owns the GPUs
+            from .slurm.host import build_slurm_host
+
+            hosts.append(build_slurm_host(name, spec))
+            continue
         if spec.gpus == "auto":
             gpu_ids = detect_local_gpus()
         elif isinstance(spec.gpus, int):

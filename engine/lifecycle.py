@@ -173,7 +173,7 @@ class JobAttempt:
         self.sink.emit("phase", {"phase": name, "status": "started"})
         status, reason = "done", None
         try:
-            await asyncio.wait_for(body(), timeout=timeout)
+            await self._within(body, timeout)
         except TimeoutError:
             assert timeout is not None
             status, reason = "timeout", f"timeout:{name} ({timeout:g} s)"
@@ -197,6 +197,27 @@ class JobAttempt:
             self.sink.emit(
                 "phase", {"phase": name, "status": status, "seconds": round(finished - started, 4), "reason": reason}
             )
+
+    async def _within(self, body: Callable[[], Awaitable[None]], timeout: float | None) -> None:
+        """Run a phase under its timeout; time its commands spent queued (issue 10: a Slurm queue) is not counted."""
+        queued = getattr(self.sandbox, "queued_s", None)
+        if timeout is None or queued is None:
+            await asyncio.wait_for(body(), timeout=timeout)
+            return
+        task = asyncio.ensure_future(body())
+        started, queued_before = time.monotonic(), queued()
+        try:
+            while True:
+                remaining = started + timeout + (queued() - queued_before) - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError
+                done, _ = await asyncio.wait({task}, timeout=min(remaining, 5.0))
+                if done:
+                    return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     def _set_phase(self, name: str) -> None:
         self.ctx.writer.update("attempts", self.attempt_id, {"phase": name})

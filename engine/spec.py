@@ -30,7 +30,7 @@ Schema (version 1)::
                                      #   the job placeholders plus {schema} (the report's fields)
     hosts:                           # name -> host; default {local: {kind: local}}
       local:
-        kind: local                  # local | ssh
+        kind: local                  # local | ssh | slurm
         slots: 2                     # concurrent jobs on this host, int >= 1
         gpus: auto                   # "auto" (detect), a count >= 0, or a list of unique GPU ids
         sandbox: process             # issue 7: process | docker (docker needs image:)
@@ -48,6 +48,23 @@ Schema (version 1)::
         max_sessions: 10             # the server's MaxSessions; channels stay below it
         slots: 2, gpus: auto, sandbox: process, image: null, docker: {...}   # as for local
                                      # paths on the host mirror the engine's data dir
+      cluster:
+        kind: slurm                  # issue 10: one Slurm job per sandbox command (docs/slurm.md)
+        partition: null              # default: the cluster's default partition
+        account: null, qos: null
+        gpus: auto                   # most GPUs one node gives a job ("auto": read from the partition)
+        gres: gpu                    # asked for as --gres=<gres>:N
+        agent_gpus: 0                # GPUs of the agent's own job; probes ask for what each tier needs
+        cpus: 4                      # --cpus-per-task
+        memory_mib: null             # --mem (default: the partition's)
+        time_limit_min: null         # cap on --time (default: resenv's own timeout + a minute)
+        sbatch_options: []           # e.g. ["--constraint=h100", "--reservation=lab"]
+        slots: 16                    # resenv jobs in flight on the cluster
+        poll_s: 1.0                  # one squeue per poll for all of the host's jobs
+        slurm_conf: null             # SLURM_CONF for sbatch/squeue/... (default: the system's)
+        login: null                  # {address, port, user, key, known_hosts, ...} as for ssh hosts:
+                                     #   reach the cluster through a login node; paths mirror the
+                                     #   engine's data dir, which must be on the cluster's shared FS
     agents:                          # name -> agent (default: none)
       venv-pip:
         kind: command                # command | baseline | claude-code | codex
@@ -156,7 +173,7 @@ from .yamlsource import (
 
 __all__ = [
     "AgentExtras", "Asset", "BaselineAgent", "HfAsset", "UrlAsset", "Benchmark", "Budgets", "ClaudeCodeAgent", "CodexAgent", "CommandAgent", "CpuEntrypoint", "Defaults", "Entrypoint",
-    "DockerOptions", "Entrypoints", "GitSource", "LocalHost", "SshHost", "LocalSource", "MultiGpuEntrypoint", "NotApplicable",
+    "DockerOptions", "Entrypoints", "GitSource", "LocalHost", "SshHost", "SlurmHost", "SlurmLogin", "LocalSource", "MultiGpuEntrypoint", "NotApplicable",
     "Price", "RepoTask", "Retries", "SingleGpuEntrypoint", "SpecError", "SpecIssue",
     "SpecLookupError", "Suite", "TEMPLATE_FIELDS", "TIERS", "TIER_CODES", "TemplateError",
     "TierTimeouts", "Timeouts", "benchmark_from_snapshot", "format_issues", "load_benchmark",
@@ -588,12 +605,83 @@ class SshHost(_SandboxChoice):
     max_sessions: PositiveInt = 10  # the server's MaxSessions (OpenSSH default 10)
 
 
-Host = Annotated[
-    Union[Annotated[LocalHost, Tag("kind=local")], Annotated[SshHost, Tag("kind=ssh")]],
-    Discriminator(_kind_tag, custom_error_type="unknown_kind",
-                  custom_error_message="known host kinds: local, ssh"),
-]
 # ---- end issue 7 ------------------------------------------------------------------------------------
+
+
+# ---- issue 10 (slurm hosts) -------------------------------------------------------------------------
+def _gpu_count_or_auto(value: Any) -> Any:
+    if value == "auto" and isinstance(value, str):
+        return "auto"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ValueError(f"expected 'auto' or a GPU count >= 0 (GPUs one node gives one job), got {value!r}")
+
+
+SBATCH_OWNED = ("--job-name", "--output", "--error", "--open-mode", "--chdir", "--export", "--parsable", "--wrap",
+                "--array", "--requeue", "--no-requeue", "--comment", "--gres", "--gpus", "--nodes", "--ntasks",
+                "--partition", "--account", "--qos", "--time", "--cpus-per-task", "--mem", "--input")
+
+
+class SlurmLogin(SpecModel):
+    """The login node a slurm host is reached through: SSH as for `kind: ssh` hosts."""
+
+    address: Text
+    port: Annotated[int, Strict(), AfterValidator(_at_least(1))] = 22
+    user: Text | None = None
+    key: Text | None = None
+    known_hosts: Text | None = None
+    strict_host_keys: bool = True
+    keepalive_s: Seconds = 10.0
+    keepalive_count: PositiveInt = 3
+    connect_timeout_s: Seconds = 15.0
+    max_sessions: PositiveInt = 10
+
+
+class SlurmHost(SpecModel):
+    """A Slurm cluster: each sandbox command that needs the cluster is one Slurm job (docs/slurm.md)."""
+
+    kind: Literal["slurm"]
+    partition: Text | None = None  # default: the cluster's default partition
+    account: Text | None = None
+    qos: Text | None = None
+    gpus: Annotated[Union[Literal["auto"], int], BeforeValidator(_gpu_count_or_auto)] = "auto"
+    gres: Text = "gpu"  # the GRES asked for as --gres=<gres>:N (e.g. gpu:a100)
+    agent_gpus: NonNegativeInt = 0  # GPUs of the agent's own job (0: none idle through an agent's hours)
+    cpus: PositiveInt = 4  # --cpus-per-task of every job
+    memory_mib: PositiveInt | None = None  # --mem (default: the partition's)
+    time_limit_min: PositiveInt | None = None  # a cap on --time (default: resenv's timeout + a margin)
+    sbatch_options: tuple[Text, ...] = ()  # more sbatch options, each one `--name[=value]`
+    slots: PositiveInt = 16  # resenv jobs in flight on the cluster at once
+    poll_s: Seconds = 1.0  # one squeue per poll for every job of the host
+    slurm_conf: Text | None = None  # SLURM_CONF for the client commands (default: the system's)
+    login: SlurmLogin | None = None  # reach the cluster through this login node (default: this machine)
+    sandbox: Literal["process"] = "process"
+
+    @classmethod
+    def _rules(cls, data: dict[Any, Any], context: Any) -> list[_Problem]:
+        problems = []
+        options = data.get("sbatch_options")
+        for index, option in enumerate(options if isinstance(options, (list, tuple)) else []):
+            if not isinstance(option, str):
+                continue
+            name = option.split("=", 1)[0]
+            if not name.startswith("--") or " " in name:
+                problems.append(_Problem(("sbatch_options", index),
+                                         f"expected one long option `--name[=value]`, got {option!r}"))
+            elif name in SBATCH_OWNED:
+                problems.append(_Problem(("sbatch_options", index),
+                                         f"{name} is set by resenv (or by a field of this host); "
+                                         "use the host's fields (partition, account, qos, cpus, memory_mib, ...)"))
+        return problems
+
+
+Host = Annotated[
+    Union[Annotated[LocalHost, Tag("kind=local")], Annotated[SshHost, Tag("kind=ssh")],
+          Annotated[SlurmHost, Tag("kind=slurm")]],
+    Discriminator(_kind_tag, custom_error_type="unknown_kind",
+                  custom_error_message="known host kinds: local, ssh, slurm"),
+]
+# ---- end issue 10 -----------------------------------------------------------------------------------
 
 
 class Runnable(SpecModel):

@@ -70,8 +70,8 @@ GPU_HISTORY = 240
 STALE_SAMPLE_S = 15.0
 TRANSCRIPT_BACKFILL = 5000
 TRANSCRIPT_KINDS = ("transcript", "command", "exit", "phase", "timeout", "tier", "interrupted", "agent_finished",
-                    "error", "checkout", "leftover_killed", "tier_retry")
-STATE_KINDS = ("job_state", "phase", "tier", "run_state", "control", "interrupted")
+                    "error", "checkout", "leftover_killed", "tier_retry", "slurm")
+STATE_KINDS = ("job_state", "phase", "tier", "run_state", "control", "interrupted", "slurm")
 FINISHED = {"done", "error", "cancelled"}
 JOB_COLUMNS = "id, key, repo_id, agent, gpus_needed, state, attempts, host, gpus, reason, started_at, finished_at"
 
@@ -100,6 +100,7 @@ class JobView:
     attempt_id: int | None = None  # the current (or latest known) attempt
     tokens: int = 0
     cost: float = 0.0
+    queue: str | None = None  # issue 10: "slurm PD Resources" while a command waits in the cluster's queue
 
     @property
     def where(self) -> str:
@@ -147,7 +148,7 @@ class JobView:
 
     def search_text(self) -> str:
         statuses = " ".join(sorted(set(self.tiers.values())))
-        return f"#{self.id} {self.key} {self.state} {self.where} {statuses} {self.reason or ''}".lower()
+        return f"#{self.id} {self.key} {self.state} {self.where} {statuses} {self.reason or ''} {self.queue or ''}".lower()
 
 
 @dataclass
@@ -290,7 +291,28 @@ def format_event(kind: str, data: dict[str, Any]) -> list[str]:
         return [f"── re-run of tier {data.get('tier')} on the state attempt {data.get('kept_attempt')} left ──"]
     if kind == "leftover_killed":
         return [f"! killed leftover process group {data.get('pgid')}"]
+    if kind == "slurm":  # issue 10
+        return [slurm_line(data)]
     return [f"  {kind}: {_short(data)}"]
+
+
+def queue_text(data: dict[str, Any]) -> str | None:
+    """issue 10: what the jobs table shows while a command's Slurm job is not running (None once it runs)."""
+    state = str(data.get("state") or "")
+    if state in ("SUBMITTED", "PENDING", "CONFIGURING", "REQUEUED"):
+        reason = data.get("reason")
+        return f"slurm PD {reason}" if reason else "slurm PD"
+    if state == "SUSPENDED":
+        return "slurm S"
+    return None
+
+
+def slurm_line(data: dict[str, Any]) -> str:
+    """issue 10: one Slurm job state change of a command, for the transcript."""
+    where = f" on {data['nodes']}" if data.get("nodes") else ""
+    reason = f" ({data['reason']})" if data.get("reason") else ""
+    gpus = f" · {data['gpus']} GPU(s)" if data.get("gpus") else ""
+    return f"⧗ slurm job {data.get('job_id')} [{data.get('log', '')}] {data.get('state')}{reason}{where}{gpus}"
 
 
 # -- read-only access ------------------------------------------------------------------------
@@ -471,6 +493,12 @@ class RunFeed:
             " AND u.id <= ? GROUP BY u.job_id", (self.run_id, self._last_usage)
         ):
             usage[job_id] = (tokens or 0, cost or 0.0)
+        queues: dict[int, str | None] = {}  # issue 10: the latest Slurm state of each running attempt's command
+        for job_id, (attempt_id, _) in running.items():
+            latest = db.conn.execute("SELECT data FROM events WHERE attempt_id = ? AND kind = 'slurm'"
+                                     " ORDER BY seq DESC LIMIT 1", (attempt_id,)).fetchone()
+            if latest is not None:
+                queues[job_id] = queue_text(_loads(latest[0]))
         jobs: dict[int, JobView] = {}
         for row in db.conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE run_id = ? ORDER BY id", (self.run_id,)):
             job_id = row[0]
@@ -480,7 +508,7 @@ class RunFeed:
                 id=job_id, key=row[1], repo=row[2], agent=row[3], gpus_needed=row[4], state=row[5], attempts=row[6],
                 host=row[7], gpus=row[8], reason=row[9], started_at=row[10], finished_at=row[11],
                 tiers=tiers.get(job_id, {}), phase=current[1] if current else None,
-                attempt_id=current[0] if current else None, tokens=tokens, cost=cost,
+                attempt_id=current[0] if current else None, tokens=tokens, cost=cost, queue=queues.get(job_id),
             )
         self.jobs = jobs
         self.tokens = sum(tokens for tokens, _ in usage.values())
@@ -545,6 +573,7 @@ class RunFeed:
         tier_updates: dict[int, list[tuple[int | None, str, str]]] = {}
         phases: dict[int, tuple[int | None, str | None]] = {}
         new_attempts: dict[int, int | None] = {}
+        queues: dict[int, str | None] = {}  # issue 10
         watch_lines: list[str] = []
         watch = self._watch_job
         for _ in range(MAX_POLL_ROUNDS):
@@ -581,10 +610,13 @@ class RunFeed:
                         new_attempts[job_id] = attempt_id
                         phases.pop(job_id, None)
                         tier_updates.pop(job_id, None)
+                    queues[job_id] = None
+                elif kind == "slurm":  # issue 10: a command of the job waits in (or left) the cluster's queue
+                    queues[job_id] = queue_text(_loads(text))
             if len(rows) < EVENTS_PER_POLL:
                 break
         if touched:
-            self._refresh_jobs(db, touched, tier_updates, phases, new_attempts)
+            self._refresh_jobs(db, touched, tier_updates, phases, new_attempts, queues)
         self._poll_usage(db)
         self._poll_gpu(db)
         now = time.monotonic()
@@ -621,6 +653,7 @@ class RunFeed:
     def _refresh_jobs(
         self, db: Reader, ids: set[int], tier_updates: dict[int, list[tuple[int | None, str, str]]],
         phases: dict[int, tuple[int | None, str | None]], new_attempts: dict[int, int | None],
+        queues: dict[int, str | None] | None = None,
     ) -> None:
         rows = []
         ordered = sorted(ids)
@@ -657,6 +690,10 @@ class RunFeed:
                 values["phase"] = phases[job_id][1]
             if row[5] not in ("running", "paused"):
                 values["phase"] = None
+            if queues and job_id in queues:
+                values["queue"] = queues[job_id]
+            if row[5] not in ("running", "paused"):
+                values["queue"] = None
             values["tiers"] = tiers
             new = replace(old, **values)
             if new != old:

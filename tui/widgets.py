@@ -69,6 +69,12 @@ def state_text(state: str) -> Text:
     return Text(f"{STATE_MARK.get(state, ' ')} {state}", STATE_STYLE.get(state, ""), no_wrap=True)
 
 
+@lru_cache(maxsize=256)
+def queue_state_text(queue: str) -> Text:
+    """issue 10: a running job whose command waits in a Slurm queue: `⧗ PD Resources`."""
+    return Text(f"⧗ {queue.removeprefix('slurm ')}", "yellow", no_wrap=True)
+
+
 def duration(seconds: float | None) -> str:
     if seconds is None:
         return "—"
@@ -99,7 +105,8 @@ def job_cells(job: JobView, selected: Sequence[str], now: float) -> tuple[Any, .
     (DataTable renders only the visible ones; building 10,000 Text objects per rebuild is what costs),
     escaped because DataTable reads strings as markup; numbers padded to their column's width."""
     return (
-        job.id, escape(job.repo), escape(job.agent), escape(job.where), state_text(job.state),
+        job.id, escape(job.repo), escape(job.agent), escape(job.where),
+        state_text(job.state) if not job.queue else queue_state_text(job.queue),
         tier_text(job.tier_display(selected)), str(job.attempts) if job.attempts else "—",
         f"{tokens_text(job.tokens):>6}", f"{cost_text(job.cost):>6}", f"{duration(job.elapsed(now)):>7}",
     )

@@ -31,12 +31,12 @@ def test_every_host_problem_is_reported_with_its_line():
     with pytest.raises(SpecError) as error:
         load("  a: {kind: ssh}\n  b: {kind: ssh, address: h, sandbox: docker}\n"
              "  c: {kind: local, sandbox: docker, image: i, docker: {network: bridge}}\n"
-             "  d: {kind: slurm}\n  e: {kind: ssh, address: h, password: x}\n")
+             "  d: {kind: pbs}\n  e: {kind: ssh, address: h, password: x}\n")
     text = "\n".join(f"{issue.line}: {issue.path}: {issue.message}" for issue in error.value.issues)
     assert "3: hosts.a.address: " in text
     assert "4: hosts.b: sandbox: docker needs `image:`" in text
     assert "5: hosts.c.docker.network: expected 'none' or 'host'" in text
-    assert "6: hosts.d.kind: unknown kind 'slurm'; known host kinds: local, ssh" in text
+    assert "6: hosts.d.kind: unknown kind 'pbs'; known host kinds: local, ssh, slurm" in text
     assert "7: hosts.e.password: unknown key 'password'" in text
 
 
