@@ -38,3 +38,10 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path):
         capture_output=True, text=True, cwd=tmp_path,
     )
     assert top_level.stdout.strip() == "None None", "generic top-level packages must not be installed"
+    # every package of the source tree is in the wheel (a new subpackage must be listed in pyproject)
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for init in sorted(p for top in ("engine", "probes", "tui") for p in (REPO_ROOT / top).rglob("__init__.py")):
+        member = "resenv/" + init.relative_to(REPO_ROOT).as_posix()
+        assert member in names, f"{init.relative_to(REPO_ROOT)} is not packaged"
