@@ -47,7 +47,7 @@ def plan_jobs(bench: Benchmark, plan: RunPlan) -> list[PlannedJob]:
         for agent in plan.agents:
             jobs.append(PlannedJob(f"{repo.id}/{agent}", repo.id, agent, source, tiers,
                                    {k: v for k, v in skipped.items() if k in plan.tiers},
-                                   repo.gpus_needed(), assets))
+                                   repo.gpus_needed(plan.tiers), assets))
     return jobs
 
 

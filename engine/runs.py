@@ -57,7 +57,7 @@ def create_run(bench: Benchmark, plan: RunPlan, db_path: Path, data_root: Path) 
         conn.executemany(
             "INSERT INTO jobs (run_id, key, suite, repo_id, agent, gpus_needed, state, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, 'queued', ?)",
-            [(run_id, f"{repo.id}/{agent}", plan.suite, repo.id, agent, repo.gpus_needed(), now)
+            [(run_id, f"{repo.id}/{agent}", plan.suite, repo.id, agent, repo.gpus_needed(plan.tiers), now)
              for repo in repos for agent in plan.agents],
         )
         conn.execute("COMMIT")

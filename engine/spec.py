@@ -139,7 +139,7 @@ import math
 import re
 import shlex
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, Union
@@ -1011,10 +1011,14 @@ class RepoTask(SpecModel):
             for tier in TIERS
         }
 
-    def gpus_needed(self) -> int:
-        """The most GPUs any applicable entrypoint leases (0 for a CPU-only repo)."""
-        return max((ep.gpus for ep in self.tiers().values() if isinstance(ep, Entrypoint)),
-                   default=0)
+    def gpus_needed(self, tiers: Iterable[str] = ("C0", "C1", "C2", "C3", "C4", "C5")) -> int:
+        """GPUs a job of this repo leases: the most any GPU entrypoint uses (the agent works with them
+        too), and at least one when C2 is judged, since C2 applies to every repo (the paper's
+        denominator is all 44): the framework must see a GPU even where the repo runs on CPU only."""
+        needs = [ep.gpus for ep in self.tiers().values() if isinstance(ep, Entrypoint)]
+        if "C2" in tiers:
+            needs.append(1)
+        return max(needs, default=0)
 
 
 class Suite(SpecModel):

@@ -71,8 +71,11 @@ def state_text(state: str) -> Text:
 
 @lru_cache(maxsize=256)
 def queue_state_text(queue: str) -> Text:
-    """issue 10: a running job whose command waits in a Slurm queue: `⧗ PD Resources`."""
-    return Text(f"⧗ {queue.removeprefix('slurm ')}", "yellow", no_wrap=True)
+    """issue 10: a running job whose command waits in a Slurm queue, by the reason the column has room
+    for (`⧗ Resources`); the job's header shows the whole state."""
+    code, _, reason = queue.removeprefix("slurm ").partition(" ")
+    shown = reason or {"PD": "in queue", "S": "suspended"}.get(code, code)
+    return Text(f"⧗ {shown}", "yellow", no_wrap=True)
 
 
 def duration(seconds: float | None) -> str:

@@ -18,7 +18,7 @@ def test_dry_run_prints_the_paper_plan_and_touches_no_store(tmp_path: Path, cli_
     assert "tiers C0,C2,C3,C4,C5" in line and "gpus 2" in line and "assets" in line
     assert "C1 skip: the repository does not support this tier" in out
     city = next(l for l in out.splitlines() if l.startswith("city2graph/baseline "))
-    assert "tiers C0,C2,C5" in city and "gpus 0" in city
+    assert "tiers C0,C2,C5" in city and "gpus 1" in city  # C2 is judged on a GPU for every repo
     assert not Path(cli_env["RESENV_DB"]).exists()
     assert not Path(cli_env["RESENV_DATA_DIR"]).exists()
 

@@ -126,6 +126,8 @@ def test_the_dashboard_shows_a_queued_command_with_its_slurm_reason():
     assert queue_text(pending) == "slurm PD Resources"
     assert queue_text(pending | {"state": "RUNNING", "reason": None, "nodes": "g07"}) is None
     assert queue_text(pending | {"state": "SUSPENDED"}) == "slurm S"
-    assert queue_state_text("slurm PD Resources").plain == "⧗ PD Resources"
+    # the jobs table's state column shows the reason (it has room for ~12 characters)
+    assert [queue_state_text(q).plain for q in ("slurm PD Resources", "slurm PD", "slurm S")] == [
+        "⧗ Resources", "⧗ in queue", "⧗ suspended"]
     assert format_event("slurm", pending | {"state": "RUNNING", "nodes": "g07", "reason": None}) == [
         "⧗ slurm job 4711 [C3-9] RUNNING on g07 · 1 GPU(s)"]

@@ -105,7 +105,8 @@ def test_shipped_benchmark_validates() -> None:
             assert repo.gpus_needed() == 2
             continue
         assert tiers["single_gpu"] == tiers["multi_gpu"] == "no GPU code path"
-        assert repo.gpus_needed() == 0
+        assert repo.gpus_needed(("C0", "C1", "C5")) == 0
+        assert repo.gpus_needed() == 1, "C2 applies to every repo: judged on a GPU"
     for repo_id in ("tiny-stdlib", "tiny-numpy"):
         folder = starter.repo(repo_id).source.resolve(bench.base_dir)
         assert {"README.md", "requirements.txt", "main.py"} <= {p.name for p in folder.iterdir()}
