@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .sshd_rig import descendants, free_port
+
 BINARIES = ("slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "sinfo")
 MUNGED = shutil.which("munged") or "/usr/sbin/munged"
 
@@ -38,12 +40,6 @@ def _which(name: str) -> str | None:
 def slurm_available() -> bool:
     """Root, and Debian's slurmctld, slurmd, slurm-client and munge installed."""
     return os.geteuid() == 0 and all(_which(name) for name in BINARIES) and os.path.exists(MUNGED)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass
@@ -289,7 +285,6 @@ def _stepds_of(root: Path) -> list[int]:
                 stepds.append(int(name))
         except OSError:
             continue
-    from .sshd_rig import descendants
 
     return [pid for stepd in stepds for pid in [stepd, *descendants(stepd)]]
 
