@@ -114,7 +114,7 @@ class SlurmCluster:
             "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
-            f"JobCompType=jobcomp/filetxt",
+            "JobCompType=jobcomp/filetxt",
             f"JobCompLoc={self.root / 'log' / 'jobcomp.txt'}",
             "SwitchType=switch/none",
             "MpiDefault=none",

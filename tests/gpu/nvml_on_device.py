@@ -5,7 +5,6 @@ torch process holding GPU memory in a job-like work dir, mapped back to its job 
 """
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import time

@@ -13,9 +13,7 @@ Without them these tests skip, unless RESENV_REQUIRE_AGENT_CLIS=1 (CI), where th
 
 from __future__ import annotations
 
-import json
 import os
-import textwrap
 from pathlib import Path
 
 import pytest

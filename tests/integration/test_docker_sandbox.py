@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 import resource
-import sqlite3
 import subprocess
 import sys
 import time

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ..conftest import REPO_ROOT, RESENV, bundle_repos, resenv, rows, wait_for
+from ..conftest import RESENV, bundle_repos, resenv, rows, wait_for
 from ..slurm_rig import make_cluster, slurm_available
 from .test_starter_e2e import TIERS, cpu_only_benchmark, expected
 

@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _perfutil import REPO_ROOT, summary, verdict, write_result  # noqa: F401  (sys.path set up there)
+from _perfutil import summary, verdict, write_result  # sets up sys.path for resenv and tests
 
 from resenv.engine.remote import SshConnection, SshTarget
 from resenv.engine.store import StoreWriter
