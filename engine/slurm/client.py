@@ -41,6 +41,7 @@ TRANSIENT = re.compile(
 log = logging.getLogger(__name__)
 
 SQUEUE_FIELDS = ("JobID", "State", "Reason", "exit_code", "NodeList", "Name", "Comment")
+COMPLETION_LOG_LINES = 20000  # the newest lines of the completion log are read, never the whole file
 SEP = "\x1f"  # unit separator: never in a reason, a node list or a job name resenv chose
 
 
@@ -186,6 +187,27 @@ def parse_key_values(line: str) -> dict[str, str]:
     return out
 
 
+def parse_config(text: str) -> dict[str, str]:
+    """``scontrol show config``: ``Key = Value`` lines."""
+    settings = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            settings[key.strip()] = value.strip()
+    return settings
+
+
+def find_completion(text: str, job_id: str) -> JobInfo | None:
+    """The newest job-completion log line of `job_id` (``JobId=... JobState=... ExitCode=code:signal``)."""
+    for line in reversed(text.splitlines()):
+        if not line.startswith(f"JobId={job_id} "):
+            continue
+        values = parse_key_values(line.strip())
+        return JobInfo(job_id, base_state(values.get("JobState")), "", decode_exit(values.get("ExitCode")),
+                       values.get("NodeList", ""), values.get("Name", ""), raw=dict(values))
+    return None
+
+
 class SlurmClient:
     """The Slurm CLI of one cluster (see the module docstring)."""
 
@@ -193,6 +215,7 @@ class SlurmClient:
         self.runner = runner
         self.timeout_s = timeout_s
         self.calls = 0  # commands run (perf and tests)
+        self._completion_log: str | None = None  # JobCompLoc of a jobcomp/filetxt site, "" if none
 
     async def run(self, argv: list[str], *, input: bytes | None = None, check: bool = True,
                   timeout: float | None = None) -> Completed:
@@ -251,6 +274,19 @@ class SlurmClient:
             if len(parts) >= 4 and parts[0] == job_id:
                 return JobInfo(job_id, base_state(parts[1]), "", decode_exit(parts[2]), parts[3])
         return None
+
+    async def completion_log(self, job_id: str) -> JobInfo | None:
+        """The job-completion log (``JobCompType=jobcomp/filetxt``), for a job the controller forgot
+        at a site that keeps no accounting; None without a readable log or a line for the job."""
+        if self._completion_log is None:
+            config = await self.run(["scontrol", "show", "config"], check=False)
+            settings = parse_config(config.text)
+            self._completion_log = (settings.get("JobCompLoc", "")
+                                    if settings.get("JobCompType") == "jobcomp/filetxt" else "")
+        if not self._completion_log:
+            return None
+        result = await self.run(["tail", "-n", str(COMPLETION_LOG_LINES), self._completion_log], check=False)
+        return find_completion(result.text, job_id) if result.returncode == 0 else None
 
     async def cancel(self, job_ids: Iterable[str], *, signal: str | None = None, full: bool = False) -> None:
         ids = list(job_ids)

@@ -339,10 +339,13 @@ class SlurmSandbox:
         return None
 
     async def _ask_after(self, run: _SlurmRun) -> JobInfo | None:
-        """A job the queue no longer lists: scontrol (still in memory), then sacct (accounting)."""
+        """A job the queue no longer lists: scontrol (still in memory), then sacct (accounting), then
+        the job-completion log."""
         assert run.job_id is not None
         try:
-            return await self.host.client.show_job(run.job_id) or await self.host.client.accounting(run.job_id)
+            client = self.host.client
+            return (await client.show_job(run.job_id) or await client.accounting(run.job_id)
+                    or await client.completion_log(run.job_id))
         except SlurmError:
             return None
 

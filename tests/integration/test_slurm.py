@@ -89,6 +89,11 @@ async def test_submit_and_decode_exits_signals_and_states(cluster, tmp_path):
     assert str(json_jobs[ids["kill -KILL $$"]].exit) == "signal SIGKILL"
     assert str(json_jobs[ids["exit 7"]].exit) == "exit 7"
     assert await slurm.show_job("999999") is None
+    # the job-completion log (no accounting on this cluster: sacct has nothing) says the same
+    assert await slurm.accounting(ids["exit 7"]) is None
+    for body, (state, exit_text) in cases.items():
+        logged = await wait_until(lambda job_id=ids[body]: slurm.completion_log(job_id))
+        assert (logged.state, str(logged.exit)) == (state, exit_text), (body, logged)
 
 
 async def _all_finished(slurm, ids):

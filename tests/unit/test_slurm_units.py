@@ -131,3 +131,17 @@ def test_the_dashboard_shows_a_queued_command_with_its_slurm_reason():
         "⧗ Resources", "⧗ in queue", "⧗ suspended"]
     assert format_event("slurm", pending | {"state": "RUNNING", "nodes": "g07", "reason": None}) == [
         "⧗ slurm job 4711 [C3-9] RUNNING on g07 · 1 GPU(s)"]
+
+
+def test_the_job_completion_log_decodes_exit_codes_and_signals():
+    """Real lines of slurmctld 22.05's jobcomp/filetxt log: the fallback where there is no accounting."""
+    from resenv.engine.slurm.client import find_completion, parse_config
+
+    text = (Path(__file__).parents[1] / "fixtures" / "slurm" / "jobcomp-filetxt.txt").read_text()
+    exited, killed = find_completion(text, "1"), find_completion(text, "2")
+    assert (exited.state, exited.exit.code, exited.exit.signal, exited.nodes) == ("FAILED", 3, None, "n1")
+    assert (killed.state, killed.exit.code, killed.exit.signal) == ("FAILED", None, 9)
+    assert find_completion(text, "12") is None  # no line of its own: the line of job 1 is not a match
+    config = parse_config("JobCompLoc              = /var/log/slurm/jobcomp.txt\nJobCompType = jobcomp/filetxt\n"
+                          "Configuration data as of 2026-11-29T15:07:42\n")
+    assert config == {"JobCompLoc": "/var/log/slurm/jobcomp.txt", "JobCompType": "jobcomp/filetxt"}
