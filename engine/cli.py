@@ -286,6 +286,33 @@ def _duration(run_row: dict) -> str:
     return f"{end - run_row['started_at']:.1f}s"
 
 
+@main.command()
+@click.argument("run_ref", metavar="RUN")
+@db_option
+def prune(run_ref: str, db_path: Path | None) -> None:
+    """Remove a finished run's checkpoint images and leftover containers from its docker hosts
+    (kept so that any tier can be re-run after the run ended)."""
+    from .prune import PruneRefused, prune_run
+
+    reader, run_row = _open_run(db_path, run_ref)
+    reader.close()
+    try:
+        results = asyncio.run(prune_run(run_row))
+    except PruneRefused as error:
+        raise click.ClickException(str(error)) from error
+    if not results:
+        click.echo(f"run {run_row['id']} has no docker hosts: nothing to prune")
+    failed = False
+    for host, done in results.items():
+        if "error" in done:
+            failed = True
+            click.echo(f"{host}: {done['error']}")
+        else:
+            click.echo(f"{host}: removed {len(done['images'])} image(s), {len(done['containers'])} container(s)")
+    if failed:
+        sys.exit(1)
+
+
 # issue 7: `resenv hosts check [BENCHMARK]`
 from .hostcheck import hosts_group  # noqa: E402
 

@@ -123,13 +123,9 @@ class Fleet:
 
         for host in docker_hosts:
             try:
-                if _is_ssh(host):
-                    if not host.available():
-                        continue
-                    await docker_sandbox.forward_docker_socket(host)
-                    factory = lambda host=host: docker_sandbox.remote_docker_client(host)  # noqa: E731
-                else:
-                    factory = docker_sandbox.local_docker_client
+                if _is_ssh(host) and not host.available():
+                    continue
+                factory = await docker_sandbox.client_factory_for(host)
                 fn = docker_sandbox.reap if what == "reap" else functools.partial(
                     docker_sandbox.prune, images=not host.spec.docker.keep_checkpoints)
                 # in a worker thread: a remote daemon's forwarded socket is served by this event loop

@@ -108,6 +108,14 @@ def remote_docker_client(host: Any) -> Any:
     return docker.DockerClient(base_url=f"unix://{forward}", timeout=120)
 
 
+async def client_factory_for(host: Any) -> Callable[[], Any]:
+    """How to reach a docker host's daemon: the local one, or an SSH host's through its forwarded socket."""
+    if getattr(host, "kind", "local") == "ssh" and hasattr(host, "connection"):
+        await forward_docker_socket(host)
+        return lambda: remote_docker_client(host)
+    return local_docker_client
+
+
 async def forward_docker_socket(host: Any, remote: str | None = None) -> str:
     """Forward the host's docker socket to a local one (once per connection)."""
     remote = remote or getattr(getattr(host.spec, "docker", None), "socket", None) or "/var/run/docker.sock"

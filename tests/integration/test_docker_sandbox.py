@@ -288,8 +288,12 @@ def test_c0_judges_the_container_and_a_tier_retry_after_the_run_ended_reopens_it
         assert (row["status"], row["category"], evidence["missing"]) == ("fail", "deps_missing", ["otherdep"]), (
             evidence["log_tail"])
     assert client.containers.list(all=True, filters={"label": f"resenv.run={run_id}"}) == []
-    prune(client, run_id)
+    pruned = subprocess.run([*cli, "prune", run_id], env=env, cwd=tmp_path, capture_output=True, text=True,
+                            timeout=60)
+    assert pruned.returncode == 0 and "box: removed 1 image(s), 0 container(s)" in pruned.stdout, (
+        pruned.stdout + pruned.stderr)
     assert client.images.list(filters={"label": f"resenv.run={run_id}"}) == []
+    assert client.images.get(TEST_IMAGE), "only what the run made is removed"
 
 
 def test_jobs_run_in_containers_on_an_ssh_host_through_the_forwarded_docker_socket(dockerd, tmp_path):
@@ -315,5 +319,11 @@ def test_jobs_run_in_containers_on_an_ssh_host_through_the_forwarded_docker_sock
         assert tiers == {"C1": "pass", "C5": "pass"}, tiers
         run_id = rows(db, "SELECT id FROM runs")[0]["id"]
         assert dockerd.client().containers.list(all=True, filters={"label": f"resenv.run={run_id}"}) == []
+        # its checkpoint is kept for tier retries until `resenv prune`, which reaches the daemon over SSH
+        assert len(dockerd.client().images.list(filters={"label": f"resenv.run={run_id}"})) == 1
+        pruned = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "prune", run_id], env=env, cwd=tmp_path,
+                                capture_output=True, text=True, timeout=60)
+        assert pruned.returncode == 0 and "far: removed 1 image(s)" in pruned.stdout, pruned.stdout + pruned.stderr
+        assert dockerd.client().images.list(filters={"label": f"resenv.run={run_id}"}) == []
     finally:
         server.stop()
