@@ -118,3 +118,12 @@ def checkout_argv(pristine: Pristine, target: Path) -> list[list[str]]:
         ["git", "clone", "--quiet", "--no-hardlinks", "--no-checkout", str(pristine.path), str(target)],
         ["git", "-C", str(target), "checkout", "--quiet", "--detach", pristine.commit],
     ]
+
+
+def submodules_argv(target: Path, upstream: str) -> list[str]:
+    """A command that initialises the checkout's submodules at the commits the pinned commit records
+    (nothing without ``.gitmodules``). Origin is pointed at the upstream URL first, so relative
+    submodule URLs resolve as they do for anyone who clones the repo."""
+    script = ('cd "$1" && [ -f .gitmodules ] || exit 0\n'
+              'git remote set-url origin "$2" && git submodule update --quiet --init --recursive')
+    return ["sh", "-c", script, "resenv-submodules", str(target), upstream]

@@ -16,12 +16,12 @@ from typing import Any
 
 from .agents import AgentAdapter, JobPaths
 from .agents.session import AgentSession  # issue 6: usage, cost, budgets, completion
-from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv
+from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv, submodules_argv
 from .hosts import Lease
 from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError, is_remote
 from .secrets import redact_files, redact_obj  # issue 6: secrets never reach the store
 from .store import StoreWriter
-from .tiers import TierRunner
+from .tiers import TierRunner, tail_text
 
 EXCERPT_BYTES = 4096
 
@@ -246,6 +246,14 @@ class JobAttempt:
             result = await self.run_command("checkout", argv, timeout=self.timeouts.checkout)
             if not result.ok:
                 raise AttemptError(f"checkout failed: {' '.join(argv[:3])} exited {result.returncode}", "infra")
+        if getattr(source, "git", None):
+            # Submodules need the network (a sandbox may have none): without them the agent still
+            # gets the repo, and the transcript says they are missing.
+            result = await self.run_command("checkout", submodules_argv(self.paths.repo, source.git),
+                                            timeout=self.timeouts.checkout, log_name="submodules")
+            if not result.ok:
+                self.sink.emit("checkout", {"submodules": "not initialised", "returncode": result.returncode,
+                                            "log_tail": tail_text(result.stderr_path, limit=2000)})
 
     def _agent_deadline(self) -> float:
         budget = self.ctx.bench.defaults.budgets.wall_clock_s
