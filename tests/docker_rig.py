@@ -4,7 +4,8 @@
   ``--exec-root`` and ``--pidfile``, no bridge and no iptables rules (containers use network mode
   ``none`` or ``host`` only); stopped by its PID. Nothing is ever pulled.
 * `build_rootfs`: copies ``sh``, coreutils, ``setsid``, ``tar``, ``git`` and ``python3`` with the
-  shared libraries ``ldd`` names and Python's stdlib into a directory, which `import_image` turns
+  shared libraries ``ldd`` names, Python's stdlib and the wheels its ``ensurepip`` installs (so
+  ``python3 -m venv`` makes venvs with pip) into a directory, which `import_image` turns
   into an image with ``docker import`` (through the SDK), labelled ``resenv.test=1``.
 """
 
@@ -33,7 +34,8 @@ BINARIES = [
     "/usr/bin/grep", "/usr/bin/sed", "/usr/bin/stat", "/usr/bin/touch", "/usr/bin/yes", "/usr/bin/dd",
     "/usr/bin/ln", "/usr/bin/df", "/usr/bin/uname", "/usr/bin/hostname",
 ]
-SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip", "pydoc_data", "__pycache__"}
+SKIP_STDLIB = {"test", "idlelib", "tkinter", "turtledemo", "lib2to3", "pydoc_data", "__pycache__"}
+WHEELS = Path("/usr/share/python-wheels")  # Debian's ensurepip takes pip from here: `python3 -m venv` works
 
 
 def docker_available() -> bool:
@@ -91,6 +93,8 @@ def build_rootfs(root: Path) -> Path:
     stdlib = Path("/usr/lib/python3.11")
     shutil.copytree(stdlib, root / "usr/lib/python3.11", symlinks=True,
                     ignore=lambda d, names: [n for n in names if n in SKIP_STDLIB or n.startswith("config-")])
+    if WHEELS.is_dir():
+        shutil.copytree(WHEELS, root / WHEELS.relative_to("/"), dirs_exist_ok=True)
     for extra in _libs(str(next(stdlib.glob("lib-dynload/_ssl*.so"), "/usr/bin/true"))):
         _copy(extra, root)
     for ext in (stdlib / "lib-dynload").glob("*.so"):

@@ -3,7 +3,8 @@ host and two SSH hosts (each in its own network namespace, with its own sshd), `
 explaining every host, and one SSH host killed mid-run without losing a job.
 
 The agent is the built-in baseline in offline mode (the namespaces reach no package index, and the
-docker host's containers have no network): each repo is judged by the same rules wherever it ran.
+docker host's containers have no network): each repo is judged by the same rules wherever it ran,
+and the baseline leaves a report everywhere, in containers too.
 """
 
 from __future__ import annotations
@@ -132,6 +133,10 @@ def test_starter_suite_across_local_docker_and_two_ssh_hosts_survives_a_killed_h
             per_job.setdefault(row["job_id"], {})[row["tier"]] = row["status"]
             assert row["status"] != "error", row  # judged everywhere: no host or sandbox failure
         assert all(set(tiers) == {"C0", "C1", "C2", "C3", "C4", "C5"} for tiers in per_job.values()), per_job
+        # the baseline really worked in every sandbox: each final attempt has a report to judge
+        categories = rows(db, "SELECT t.category FROM tier_results t JOIN attempts a ON a.id = t.attempt_id"
+                              " WHERE a.state = 'done' AND t.tier = 'C5'")
+        assert all(row["category"] not in ("missing_report", "invalid_report") for row in categories), categories
         stdlib = next(job["id"] for job in jobs if job["repo_id"] == "tiny-stdlib")
         assert per_job[stdlib]["C0"] == per_job[stdlib]["C1"] == per_job[stdlib]["C5"] == "pass", per_job[stdlib]
     finally:
