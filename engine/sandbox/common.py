@@ -15,10 +15,10 @@ import os
 import posixpath
 import shlex
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from .base import ExecResult, OutputLine, SandboxError, SandboxPathError
 from .lines import LineSplitter, RawLine
@@ -325,3 +325,20 @@ class PgidHeader:
     def leftover(self) -> bytes:
         """At end of stream: what came of a marker line that never completed (it is output)."""
         return b"" if self.done else self.pending
+
+
+class BackgroundTasks:
+    """Fire-and-forget work of a sandbox (pause, signals): referenced until done, since asyncio keeps
+    only weak references to tasks, and awaited (bounded) when the sandbox closes."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def drain(self, timeout: float) -> None:
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)

@@ -59,6 +59,7 @@ from typing import Any, BinaryIO
 
 from .base import ExecResult, OutputLine, SandboxError, SandboxPathError
 from .common import (
+    BackgroundTasks,
     ExecTimer,
     GroupRun,
     OutputSink,
@@ -166,7 +167,7 @@ class DockerSandbox:
         self._runs: set[_DockerRun] = set()
         self._clock = PauseClock()
         self._closed = False
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._background = BackgroundTasks()
         self.timings: dict[str, float] = {}
 
     # -- construction ---------------------------------------------------------------------------
@@ -366,14 +367,14 @@ class DockerSandbox:
                         if on_start is not None:
                             on_start(pgid)
                         if self._closed or run.killed:
-                            self._spawn(self._signal_groups([run], "KILL"))
+                            self._background.spawn(self._signal_groups([run], "KILL"))
                     if not chunk:
                         continue
                 try:
                     sinks[stream_id if stream_id in (1, 2) else 1].write(chunk)
                 except Exception as error:  # on_line raised or the disk is full: stop the command
                     run.fail(error)
-                    self._spawn(self._signal_groups([run], "KILL"))
+                    self._background.spawn(self._signal_groups([run], "KILL"))
             if rest := header.leftover():
                 sinks[2].write(rest)
             for sink in sinks.values():
@@ -428,24 +429,19 @@ class DockerSandbox:
         with contextlib.suppress(SandboxError):
             await self._exec_simple(["sh", "-c", kill_script(groups, sig, also_cont)], user="0")
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     # -- control ----------------------------------------------------------------------------
     def pause(self) -> None:
         """`docker pause`: the cgroup freezer stops everything in the container; clocks stop too."""
         if not self._clock.pause():
             return
         if self.container is not None:
-            self._spawn(self._call(self.container.pause))
+            self._background.spawn(self._call(self.container.pause))
 
     def resume(self) -> None:
         if not self._clock.paused:
             return
         if self.container is not None:
-            self._spawn(self._call(self.container.unpause))
+            self._background.spawn(self._call(self.container.unpause))
         self._clock.resume()
 
     async def kill(self) -> None:
@@ -465,8 +461,7 @@ class DockerSandbox:
         self._closed = True
         await self.kill()
         self.resume()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=10)
+        await self._background.drain(10)
         container, self.container = self.container, None
         if container is not None:
             DockerSandbox.registry.pop(container.id, None)

@@ -39,7 +39,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ..sandbox.base import ExecResult, OutputLine, SandboxError
-from ..sandbox.common import READ_CHUNK, OutputSink, PauseClock, RunState, exec_args, log_paths, mirrored_cwd, wait_done
+from ..sandbox.common import (
+    READ_CHUNK, BackgroundTasks, OutputSink, PauseClock, RunState, exec_args, log_paths, mirrored_cwd, wait_done,
+)
 from .client import ControllerUnavailable, JobInfo, SlurmError
 from .files import SharedFiles
 from .script import CMD, EXIT, STARTED, STDIN, TIMED_OUT, JobFiles, batch_script, command_file, sbatch_options
@@ -134,7 +136,7 @@ class SlurmSandbox:
         self._closed = False
         self._queued_done = 0.0
         self._lock = asyncio.Lock()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._background = BackgroundTasks()
         self.submitted = 0
         # Over SSH the shared files are the login node's: the hooks the lifecycle and tiers use for
         # remote sandboxes (stage the pristine repo, copy report.json back, stat a path) are its.
@@ -372,20 +374,15 @@ class SlurmSandbox:
             self.sink.emit("slurm", data)
 
     # -- control -------------------------------------------------------------------------------------
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
     def pause(self) -> None:
         if not self._clock.pause():
             return
-        self._spawn(self._each(lambda run: run.job_id is not None and not run.held, self._pause_run))
+        self._background.spawn(self._each(lambda run: run.job_id is not None and not run.held, self._pause_run))
 
     def resume(self) -> None:
         if not self._clock.paused:
             return
-        self._spawn(self._each(lambda run: bool(run.held), self._resume_run))
+        self._background.spawn(self._each(lambda run: bool(run.held), self._resume_run))
         self._clock.resume()
 
     async def _each(self, which: Callable[[_SlurmRun], bool], action: Callable[[_SlurmRun], Any]) -> None:
@@ -450,8 +447,7 @@ class SlurmSandbox:
         await self.kill()
         self.resume()
         await self.login.close()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=5)
+        await self._background.drain(5)
 
 
 def _first_float(text: bytes) -> float | None:
