@@ -176,6 +176,22 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE attempts ADD COLUMN scope TEXT NOT NULL DEFAULT 'job';
     """,
+    # 3: integrity findings of an attempt: what the agent changed that the probes do not judge on
+    # (a tracked file edited, a file shadowing an import, an interpreter start-up hook).
+    """
+    CREATE TABLE findings (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        attempt_id INTEGER NOT NULL REFERENCES attempts(id),
+        kind TEXT NOT NULL,
+        path TEXT NOT NULL,
+        action TEXT NOT NULL,
+        detail_json TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE INDEX findings_job ON findings(job_id);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
