@@ -37,6 +37,70 @@ class Pristine:
     commit: str
 
 
+@dataclass(frozen=True)
+class TreeEntry:
+    """One tracked file of the pinned commit, as git records it."""
+
+    mode: str  # 100644 | 100755 | 120000 (a symlink)
+    blob: str
+    path: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """Every tracked file of the pinned commit, and the objects of it the pristine copy lacks."""
+
+    entries: tuple[TreeEntry, ...]
+    missing_objects: tuple[str, ...]  # paths whose content the pristine copy does not hold
+
+    def to_json(self) -> list[list[str]]:
+        return [[entry.mode, entry.blob, entry.path] for entry in self.entries]
+
+    def entry(self, path: str) -> TreeEntry | None:
+        for entry in self.entries:
+            if entry.path == path:
+                return entry
+        return None
+
+
+async def tree_manifest(pristine: Pristine) -> Manifest:
+    """The pinned commit's tracked files (submodules left out: they are not the commit's content),
+    read from the read-only pristine copy, and which of their objects are missing from it (git
+    checks out such a commit without complaint, silently leaving the files out)."""
+    env = {**git_env(pristine.path.parent), "GIT_DIR": str(pristine.path)}
+    listing = await git("ls-tree", "-r", "-z", "--full-tree", pristine.commit, env=env)
+    entries = []
+    for record in listing.split("\0"):
+        if not record:
+            continue
+        meta, _, path = record.partition("\t")
+        mode, kind, blob = meta.split()
+        if kind == "blob":
+            entries.append(TreeEntry(mode, blob, path))
+    missing = await _missing_objects(entries, env)
+    return Manifest(tuple(entries), missing)
+
+
+async def _missing_objects(entries: list[TreeEntry], env: dict[str, str]) -> tuple[str, ...]:
+    process = await asyncio.create_subprocess_exec(
+        "git", "cat-file", "--batch-check", env=env, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, _ = await process.communicate("".join(f"{entry.blob}\n" for entry in entries).encode())
+    absent = {line.split()[0] for line in out.decode().splitlines() if line.endswith(" missing")}
+    return tuple(entry.path for entry in entries if entry.blob in absent)
+
+
+async def blob_bytes(pristine: Pristine, blob: str) -> bytes:
+    """The content of one blob of the pristine copy."""
+    process = await asyncio.create_subprocess_exec(
+        "git", "cat-file", "blob", blob, env={**git_env(pristine.path.parent), "GIT_DIR": str(pristine.path)},
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        raise CheckoutError(f"git cat-file blob {blob} failed: {err.decode(errors='replace').strip()}", "infra")
+    return out
+
+
 def git_env(home: Path) -> dict[str, str]:
     """A git environment that ignores the user's config and never prompts for credentials."""
     return {
@@ -67,6 +131,13 @@ class PristineCache:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._locks: dict[str, asyncio.Lock] = {}
+        self._manifests: dict[Pristine, Manifest] = {}
+
+    async def manifest(self, pristine: Pristine) -> Manifest:
+        """The pinned commit's manifest, read once per run (every job of a repo shares it)."""
+        if pristine not in self._manifests:
+            self._manifests[pristine] = await tree_manifest(pristine)
+        return self._manifests[pristine]
 
     async def get(self, repo_id: str, *, local_tree: Path | None, url: str | None, commit: str | None) -> Pristine:
         lock = self._locks.setdefault(repo_id, asyncio.Lock())

@@ -18,6 +18,7 @@ from .agents import AgentAdapter, JobPaths
 from .agents.session import AgentSession  # issue 6: usage, cost, budgets, completion
 from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv, submodules_argv
 from .hosts import Lease
+from .integrity import verify_checkout
 from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError, is_remote
 from .secrets import redact_files, redact_obj  # issue 6: secrets never reach the store
 from .store import StoreWriter
@@ -246,6 +247,11 @@ class JobAttempt:
             result = await self.run_command("checkout", argv, timeout=self.timeouts.checkout)
             if not result.ok:
                 raise AttemptError(f"checkout failed: {' '.join(argv[:3])} exited {result.returncode}", "infra")
+        try:
+            # git leaves out files whose objects the source lacks and still exits 0: check the tree.
+            await verify_checkout(self, pristine, await self.ctx.pristines.manifest(pristine), self.timeouts.checkout)
+        except CheckoutError as error:
+            raise AttemptError(str(error), error.category) from error
         if getattr(source, "git", None):
             # Submodules need the network (a sandbox may have none): without them the agent still
             # gets the repo, and the transcript says they are missing.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import socket
 import tarfile
 import time
@@ -22,11 +23,14 @@ from ..probes.audit import NO_FRAMEWORK, Observations, audit
 from ..probes.c0 import run_c0
 from ..probes.census import Census, files_at_commit, import_census
 from ..probes.classifier import classify
+from ..probes.integrity import TAMPERED, Integrity, import_dirs
+from ..probes.outcome import BAD_INTERPRETER, interpreter_problem, uncaught_exception
 from ..probes.kit import SCRIPTS, script_source
 from ..probes.mirror import Mirror, build_mirror, failed_mirror
 from ..probes.report import ReportLoad, load_report
 from .assets import AssetCache, missing_indexes, presence_script  # issue 9
 from .gpuinfo import DriverInfo, cuda_supported
+from .integrity import secure
 from .sandbox.base import ExecResult, SandboxError, is_remote
 
 if TYPE_CHECKING:
@@ -60,6 +64,8 @@ class ProbeState:
     python_exists: bool | None = None
     python_executable: bool | None = None
     frameworks: dict[str, Any] | None = None
+    interpreter_problem: str | None = None  # why the reported interpreter is no trustworthy Python
+    integrity: Integrity | None = None
     results: dict[str, TierResult] = field(default_factory=dict)
 
 
@@ -113,6 +119,7 @@ class TierRunner:
         self.repo = attempt.ctx.suite.repo(attempt.job["repo_id"])
         self.bench = attempt.ctx.bench
         self._assets_missing: list[str] | None = None  # issue 9: checked once, before the first entrypoint
+        self._census: Census | None = None
 
     # -- orchestration ----------------------------------------------------------------------
     async def run_probes(self) -> None:
@@ -135,9 +142,29 @@ class TierRunner:
 
     async def _judge(self, tier: str) -> TierResult:
         try:
-            return await getattr(self, f"_tier_{tier.lower()}")()
+            result = await getattr(self, f"_tier_{tier.lower()}")()
         except OSError as error:  # the sandbox or the host failed, not the agent
             return TierResult(tier, "error", "infra", {"reason": f"{type(error).__name__}: {error}"})
+        return self._overrule(result)
+
+    def _overrule(self, result: TierResult) -> TierResult:
+        """A verdict stands only if the interpreter is a real Python and no start-up hook could have
+        written it: otherwise the tier fails, keeping what it would have said as evidence."""
+        if result.status not in ("pass", "fail"):
+            return result
+        problem = self.state.interpreter_problem if self.state.python else None
+        hooks = self.state.integrity.hooks if self.state.integrity else []
+        if problem:
+            return TierResult(result.tier, "fail", BAD_INTERPRETER, {
+                "reason": problem, "python_path": self.state.python,
+                "verdict_otherwise": {"status": result.status, "category": result.category}})
+        if hooks:
+            return TierResult(result.tier, "fail", TAMPERED, {
+                "reason": f"{len(hooks)} interpreter start-up hook(s) the agent left could decide the outcome: "
+                          + ", ".join(hook.path for hook in hooks[:5]),
+                "hooks": [hook.to_dict() for hook in hooks],
+                "verdict_otherwise": {"status": result.status, "category": result.category}})
+        return result
 
     def record(self, result: TierResult) -> None:
         self.state.results[result.tier] = result
@@ -167,6 +194,7 @@ class TierRunner:
         assert sandbox is not None
         for name in SCRIPTS:
             await sandbox.put(f"{PROBE_DIR}/{name}", script_source(name))
+        self.state.integrity = await self._secure(python)
         if python is None:
             return
         target = Path(python)
@@ -175,23 +203,64 @@ class TierRunner:
         else:
             self.state.python_exists = target.exists()
             self.state.python_executable = target.exists() and os.access(target, os.X_OK)
-        self.state.interpreter = await self._probe_json("interpreter", "interpreter.py", gpus="")
+        nonce = secrets.token_hex(16)
+        self.state.interpreter = await self._probe_json("interpreter", "interpreter.py", gpus="", args=[nonce])
+        self.state.interpreter_problem = interpreter_problem(
+            self.state.interpreter, nonce=nonce, magic=await self._interpreter_magic(python))
         if any(tier in self.selected for tier in ("C2", "C5")):
             visible = ",".join(str(gpu) for gpu in self.attempt.lease.gpus)
             self.state.frameworks = await self._probe_json("frameworks", "frameworks.py", gpus=visible)
 
-    async def _probe_json(self, name: str, script: str, *, gpus: str) -> dict[str, Any] | None:
+    async def _secure(self, python: str | None) -> Integrity:
+        """Judge the agent's environment on the repo as pinned (probes/integrity.py says how)."""
+        pristine = self.attempt.pristine
+        assert pristine is not None
+        commands = [spec.command for spec in self.repo.tiers().values() if not isinstance(spec, str)]
+        return await secure(
+            self.attempt, pristine=pristine, manifest=await self.attempt.ctx.pristines.manifest(pristine),
+            census=await self.census(), compiled=(), import_dirs=import_dirs(commands), python=python,
+            timeout=self.bench.defaults.tier_timeouts.C2)
+
+    async def census(self) -> Census:
+        """The import census of the pinned commit, computed once per job, off the event loop."""
+        if self._census is None:
+            pristine = self.attempt.pristine
+            assert pristine is not None
+            self._census = await asyncio.to_thread(
+                lambda: import_census(files_at_commit(pristine.path, pristine.commit)))
+        return self._census
+
+    async def _interpreter_magic(self, python: str) -> bytes | None:
+        """The first bytes of the file the reported interpreter resolves to (None: unreadable)."""
+        if not is_remote(self.attempt.sandbox):
+            try:
+                with open(os.path.realpath(python), "rb") as handle:
+                    return handle.read(4)
+            except OSError:
+                return None
+        result = await self.attempt.run_command(
+            "probes", ["sh", "-c", 'head -c 4 "$(readlink -f "$1")" | od -An -tx1', "sh", python],
+            env={"PATH": "/usr/local/bin:/usr/bin:/bin"}, timeout=self.bench.defaults.tier_timeouts.C2,
+            log_name="probe-magic")
+        try:
+            return bytes.fromhex(tail_text(result.stdout_path, limit=64).replace(" ", "").strip()) if result.ok else None
+        except ValueError:
+            return None
+
+    async def _probe_json(self, name: str, script: str, *, gpus: str, args: list[str] | None = None) -> dict[str, Any] | None:
         assert self.state.python is not None
         result = await self.attempt.run_command(
-            "probes", [self.state.python, "-B", f"{self.attempt.paths.workdir}/{PROBE_DIR}/{script}"],
+            "probes", [self.state.python, "-B", f"{self.attempt.paths.workdir}/{PROBE_DIR}/{script}", *(args or [])],
             env=self._env(gpus), timeout=self.bench.defaults.tier_timeouts.C2, log_name=f"probe-{name}",
         )
         lines = [line for line in tail_text(result.stdout_path).splitlines() if line.strip()]
         if result.ok and lines:
             try:
-                return json.loads(lines[-1]) | {"_exit": 0}
+                answer = json.loads(lines[-1])
             except ValueError:
-                pass
+                answer = None
+            if isinstance(answer, dict):  # the interpreter is the agent's: its answer may be any JSON
+                return answer | {"_exit": 0}
         return {"_exit": result.returncode, "_timed_out": result.timed_out,
                 "_output": tail_text(result.stdout_path, result.stderr_path, limit=OUTPUT_TAIL)}
 
@@ -235,7 +304,7 @@ class TierRunner:
     async def _tier_c0(self) -> TierResult:
         pristine = self.attempt.pristine
         assert pristine is not None
-        census = import_census(files_at_commit(pristine.path, pristine.commit))
+        census = await self.census()
         python = self.state.python or str(self.attempt.paths.workdir / "no-interpreter-reported")
         repo_dir = self.attempt.paths.repo
         sandbox = self.attempt.sandbox
@@ -318,7 +387,14 @@ class TierRunner:
         result = await self.attempt.run_command(
             "probes", argv, env=self._env(host_ids, extra), timeout=timeout, cwd=paths.repo, log_name=tier,
         )
-        return self._judge_exec(tier, argv, result, gpus)
+        judged = self._judge_exec(tier, argv, result, gpus)
+        if judged.status == "pass" and (died := uncaught_exception(tail_text(result.stderr_path))):
+            # exit status 0 after a fatal traceback: the exit status was overridden, the run failed
+            verdict = classify(tail_text(result.stderr_path), returncode=1, tier=tier)
+            judged = TierResult(tier, "fail", verdict.category, judged.evidence | {
+                "reason": "exited 0, but its output ends in an uncaught exception",
+                "uncaught_exception": died, "signature": verdict.signature, "evidence_line": verdict.evidence})
+        return judged
 
     # -- issue 9: assets, fetched before scoring ----------------------------------------------
     def _asset_cache(self) -> AssetCache:
@@ -438,7 +514,7 @@ class TierRunner:
             python_path=state.python,
             python_exists=state.python_exists,
             python_executable=state.python_executable,
-            python_runs=None if state.python is None else interpreter.get("_exit") == 0,
+            python_runs=None if state.python is None else state.interpreter_problem is None,
             python_version=interpreter.get("version"),
             framework=(frameworks.get("framework") or NO_FRAMEWORK) if measured else None,
             framework_version=frameworks.get("version") if found else None,

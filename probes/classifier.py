@@ -74,6 +74,7 @@ from dataclasses import dataclass
 CATEGORIES = (
     "deps_missing", "native_extension", "cuda_mismatch", "no_gpu", "oom", "nccl", "timeout",
     "entrypoint_not_found", "missing_report", "invalid_report", "download_failed", "runtime", "infra",
+    "bad_interpreter", "tampered",
 )
 
 SCAN_CHARS = 256 * 1024

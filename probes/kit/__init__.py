@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-SCRIPTS = ("interpreter.py", "frameworks.py", "importmap.py")
+SCRIPTS = ("interpreter.py", "frameworks.py", "importmap.py", "treescan.py", "hookscan.py")
 
 
 def script_source(name: str) -> bytes:

@@ -1,4 +1,8 @@
-"""Probe: what interpreter is this? Prints one JSON object (its last line)."""
+"""Probe: what interpreter is this? Prints one JSON object (its last line).
+
+Usage: python interpreter.py [NONCE] - the nonce is echoed back, so only a program that really ran
+this Python code can give the answer the judge expects.
+"""
 import json
 import os
 import platform
@@ -6,6 +10,7 @@ import sys
 import sysconfig
 
 print(json.dumps({
+    "nonce": sys.argv[1] if len(sys.argv) > 1 else None,
     "executable": sys.executable,
     "realpath": os.path.realpath(sys.executable),
     "version": platform.python_version(),

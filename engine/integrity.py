@@ -1,0 +1,211 @@
+"""Carrying out the integrity rules on a job's sandbox: the checkout verified after checkout, and
+after the agent the tracked files restored, shadowing files quarantined, start-up hooks found.
+
+The rules themselves are pure data in ``probes/integrity.py``; this module runs the scans where the
+files are (in the engine's own process when the sandbox is on this machine, with the host's
+``python3`` when it is another machine or a container), applies the restore and the quarantine
+through the sandbox, and records each finding in the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from ..probes.census import Census
+from ..probes.integrity import Finding, Integrity, judge_hooks, judge_tree, unified_diff
+from ..probes.kit import hookscan, script_source, treescan
+from .checkout import CheckoutError, Manifest, Pristine, blob_bytes
+from .sandbox.base import SandboxError, is_remote
+
+if TYPE_CHECKING:
+    from .lifecycle import JobAttempt
+
+PROBE_DIR = ".resenv-probes"
+QUARANTINE_DIR = ".resenv-quarantine"
+EPOCH_FILE = "checkout-epoch"
+HOST_PATH = "/usr/local/bin:/usr/bin:/bin"
+SCAN_BYTES = 8 * 2**20
+DIFF_FILES = 50
+DIFF_SOURCE_BYTES = 2**20
+
+
+class ScanError(OSError):
+    """A scan could not run or gave no answer: the host's fault, never the agent's."""
+
+
+async def _host_script(attempt: JobAttempt, script: str, args: list[str], timeout: float) -> dict[str, Any]:
+    """Run a kit script with the host's own python3 in the sandbox; its last line is the answer."""
+    probe_dir = f"{attempt.paths.workdir}/{PROBE_DIR}"
+    result = await attempt.run_command(
+        "probes", ["sh", "-c", 'exec python3 -I -B "$@" "$HOME"', "sh", f"{probe_dir}/{script}", *args],
+        env={"PATH": HOST_PATH}, timeout=timeout, log_name=script.removesuffix(".py"))
+    if not result.ok:
+        raise ScanError(f"{script} exited {result.returncode} on the host")
+    data = result.stdout_path.read_bytes()[-SCAN_BYTES:] if result.stdout_path.exists() else b""
+    lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+    try:
+        answer = json.loads(lines[-1])
+    except (IndexError, ValueError) as error:
+        raise ScanError(f"{script} gave no readable answer: {error}") from error
+    if not isinstance(answer, dict):
+        raise ScanError(f"{script} answered {type(answer).__name__}, not an object")
+    return answer
+
+
+async def scan_tree(attempt: JobAttempt, manifest: Manifest, dirs: list[str], timeout: float) -> dict[str, Any]:
+    """How the checkout differs from the pinned commit (``kit/treescan.py``)."""
+    payload = {"files": manifest.to_json(), "import_dirs": dirs}
+    if not is_remote(attempt.sandbox):
+        return await asyncio.to_thread(treescan.scan, str(attempt.paths.repo), payload)
+    await attempt.sandbox.put(f"{PROBE_DIR}/treescan.py", script_source("treescan.py"))
+    await attempt.sandbox.put(f"{PROBE_DIR}/manifest.json", json.dumps(payload).encode())
+    return await _host_script(attempt, "treescan.py",
+                              [str(attempt.paths.repo), f"{attempt.paths.workdir}/{PROBE_DIR}/manifest.json"], timeout)
+
+
+async def scan_hooks(attempt: JobAttempt, python: str, timeout: float) -> dict[str, Any]:
+    """Start-up hooks in the reported interpreter's site directories (``kit/hookscan.py``)."""
+    sandbox = attempt.sandbox
+    if not is_remote(sandbox):
+        home = str(getattr(sandbox, "home", "") or "")
+        return await asyncio.to_thread(hookscan.scan, python, home)
+    await sandbox.put(f"{PROBE_DIR}/hookscan.py", script_source("hookscan.py"))
+    return await _host_script(attempt, "hookscan.py", [python], timeout)
+
+
+async def verify_checkout(attempt: JobAttempt, pristine: Pristine, manifest: Manifest, timeout: float) -> None:
+    """The job's tree must be the pinned commit: every object present, no path missing or different.
+    Anything else is the infrastructure's failure (a broken source), named path by path."""
+    if manifest.missing_objects:
+        raise CheckoutError(_name_paths(f"the source of {pristine.commit[:12]} lacks the objects of",
+                                        manifest.missing_objects), "infra")
+    scan = await scan_tree(attempt, manifest, [], timeout)
+    changed = scan.get("changed")
+    if not isinstance(changed, list):
+        raise ScanError("the checkout scan gave no list of changes")
+    if changed:
+        raise CheckoutError(_name_paths(f"the checkout differs from {pristine.commit[:12]} at",
+                                        [f"{c.get('path')} ({c.get('change')})" for c in changed]), "infra")
+    if isinstance(scan.get("now"), (int, float)):
+        (attempt.base / EPOCH_FILE).write_text(repr(float(scan["now"])))
+
+
+def checkout_epoch(attempt: JobAttempt) -> float | None:
+    """The host's clock when the checkout was verified, before the agent started (None: unknown)."""
+    try:
+        return float((attempt.base / EPOCH_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _name_paths(what: str, paths: Iterable[str], most: int = 10) -> str:
+    paths = list(paths)
+    shown = ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
+    return f"{what} {len(paths)} path(s): {shown}"
+
+
+async def secure(attempt: JobAttempt, *, pristine: Pristine, manifest: Manifest, census: Census,
+                 compiled: Iterable[str], import_dirs: list[str], python: str | None,
+                 timeout: float) -> Integrity:
+    """Before any probe: restore tracked files, quarantine shadows, find start-up hooks; record all."""
+    scan = await scan_tree(attempt, manifest, import_dirs, timeout)
+    findings = judge_tree(scan, census, compiled)
+    findings = await _with_diffs(attempt, pristine, manifest, findings)
+    if findings:
+        await _apply(attempt, pristine, manifest, findings, timeout)
+    if python is not None:
+        owned = [str(attempt.paths.workdir), str(getattr(attempt.sandbox, "home", "") or attempt.paths.workdir)]
+        findings += judge_hooks(await scan_hooks(attempt, python, timeout), since=checkout_epoch(attempt), owned=owned)
+    integrity = Integrity(findings)
+    _record(attempt, integrity)
+    return integrity
+
+
+async def _with_diffs(attempt: JobAttempt, pristine: Pristine, manifest: Manifest,
+                      findings: list[Finding]) -> list[Finding]:
+    """Keep what the agent changed, as a diff, before the restore overwrites it."""
+    out, diffs = [], 0
+    for finding in findings:
+        entry = manifest.entry(finding.path)
+        if finding.kind == "tracked_modified" and entry is not None and entry.mode != "120000" and diffs < DIFF_FILES:
+            diffs += 1
+            try:
+                found = await attempt.sandbox.get(f"repo/{finding.path}", max_bytes=DIFF_SOURCE_BYTES)
+            except (SandboxError, OSError):
+                found = None
+            diff = unified_diff(finding.path, await blob_bytes(pristine, entry.blob), found)
+            finding = Finding(finding.kind, finding.path, finding.action, finding.detail | {"diff": diff})
+        out.append(finding)
+    return out
+
+
+_APPLY_SCRIPT = r"""
+set -e
+cd "$1"; shift
+mode=remove
+for arg in "$@"; do
+  case "$arg" in
+    --quarantine) mode=quarantine; continue ;;
+  esac
+  if [ "$mode" = remove ]; then
+    rm -rf -- "repo/$arg"
+  elif [ -e "repo/$arg" ] || [ -L "repo/$arg" ]; then
+    mkdir -p -- "$(dirname -- "QUARANTINE/$arg")"
+    rm -rf -- "QUARANTINE/$arg"
+    mv -- "repo/$arg" "QUARANTINE/$arg"
+  fi
+done
+"""
+
+
+async def _apply(attempt: JobAttempt, pristine: Pristine, manifest: Manifest, findings: list[Finding],
+                 timeout: float) -> None:
+    """Remove every changed tracked entry and write the pinned one back; move shadows aside."""
+    restore = sorted({f.path for f in findings if f.action == "restored"})
+    quarantine = sorted({f.path for f in findings if f.action == "quarantined"})
+    script = _APPLY_SCRIPT.replace("QUARANTINE", QUARANTINE_DIR)
+    result = await attempt.run_command(
+        "probes", ["sh", "-c", script, "sh", str(attempt.paths.workdir), *restore, "--quarantine", *quarantine],
+        env={"PATH": HOST_PATH}, timeout=timeout, log_name="integrity")
+    if not result.ok:
+        raise ScanError(f"restoring the checkout failed (exit {result.returncode})")
+    links, executables = [], []
+    for entry in manifest.entries:
+        if not any(entry.path == path or entry.path.startswith(path + "/") for path in restore):
+            continue
+        data = await blob_bytes(pristine, entry.blob)
+        if entry.mode == "120000":
+            links.append((data.decode(errors="surrogateescape"), entry.path))
+            continue
+        await attempt.sandbox.put(f"repo/{entry.path}", data)
+        if entry.mode == "100755":
+            executables.append(entry.path)
+    if links or executables:
+        lines = [f"ln -sfn -- {_q(target)} {_q('repo/' + path)}" for target, path in links]
+        lines += [f"chmod +x -- {_q('repo/' + path)}" for path in executables]
+        result = await attempt.run_command(
+            "probes", ["sh", "-c", f'set -e; cd "$1"\n' + "\n".join(lines), "sh", str(attempt.paths.workdir)],
+            env={"PATH": HOST_PATH}, timeout=timeout, log_name="integrity")
+        if not result.ok:
+            raise ScanError(f"restoring links and modes failed (exit {result.returncode})")
+
+
+def _q(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def _record(attempt: JobAttempt, integrity: Integrity) -> None:
+    now = time.time()
+    for finding in integrity.findings:
+        attempt.ctx.writer.execute(
+            "INSERT INTO findings (run_id, job_id, attempt_id, kind, path, action, detail_json, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (attempt.ctx.run_id, attempt.job["id"], attempt.attempt_id, finding.kind, finding.path,
+             finding.action, json.dumps(finding.detail, default=str), now))
+    attempt.sink.emit("integrity", {
+        "summary": integrity.summary(),
+        "findings": [{"kind": f.kind, "path": f.path, "action": f.action} for f in integrity.findings[:50]]})

@@ -1,0 +1,159 @@
+"""Integrity of what is judged: the agent's environment, against the repo as pinned.
+
+An agent is asked to build an environment, not to change the repository. Three moves would let it pass
+tiers without building anything, so the judge undoes or refuses each before any probe runs:
+
+* **tracked files edited** (an entrypoint rewritten to ``print("ok")``, a failing import deleted):
+  every tracked path whose content, type or mode differs from the pinned commit is *restored* to the
+  pinned version. Build outputs are untracked, so they stay.
+* **a file shadowing an import** (a stub ``missing_pkg.py`` or ``missing_pkg/`` dropped beside the
+  entrypoint): an untracked entry in a directory the entrypoints import from (the repo root, each
+  entry script's directory) whose module name is one the census counts is *quarantined*: moved out of
+  the checkout into the attempt's quarantine folder, so no probe can import it. A compiled module the
+  repo declares (an in-place ``build_ext`` output) is a build output, not a shadow.
+* **an interpreter start-up hook** (a ``.pth`` import line or a ``sitecustomize`` written by the agent,
+  which can turn a traceback into exit status 0 or fake a GPU): it lives in the environment, which the
+  probes never change, so every tier that runs the interpreter (C0-C4) *fails* as ``tampered``.
+
+Each becomes one :class:`Finding`, recorded per attempt and shown with the tier results. The findings
+are pure data computed from the scans of ``kit/treescan.py`` and ``kit/hookscan.py``; carrying out the
+restore and the quarantine is the engine's job.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from .census import Census
+
+COMPILED_SUFFIXES = (".so", ".pyd")
+DIFF_LINES = 200
+TAMPERED = "tampered"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One change the judge does not score on: ``kind`` says what, ``action`` what was done."""
+
+    kind: str  # tracked_modified | tracked_missing | tracked_replaced | tracked_mode | shadow | startup_hook
+    path: str
+    action: str  # restored | quarantined | tier_failed
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Integrity:
+    """Everything the integrity check found for one attempt."""
+
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def restore(self) -> list[str]:
+        return [f.path for f in self.findings if f.action == "restored"]
+
+    @property
+    def quarantine(self) -> list[str]:
+        return [f.path for f in self.findings if f.action == "quarantined"]
+
+    @property
+    def hooks(self) -> list[Finding]:
+        return [f for f in self.findings if f.kind == "startup_hook"]
+
+    def summary(self) -> str:
+        """One line for tables: counts per kind, or ``clean``."""
+        if not self.findings:
+            return "clean"
+        counts: dict[str, int] = {}
+        for finding in self.findings:
+            counts[finding.kind] = counts.get(finding.kind, 0) + 1
+        return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+
+
+def import_dirs(commands: Iterable[str | list[str]]) -> list[str]:
+    """Directories of the checkout that Python imports from when the entrypoints run: the root (the
+    working directory, ``python -m``) and the directory of every repo-relative ``.py`` script named."""
+    dirs = {""}
+    for command in commands:
+        words = command if isinstance(command, list) else _split(command)
+        for word in words:
+            if word.endswith(".py") and not word.startswith(("/", "{", "-")) and ".." not in word:
+                parent = str(PurePosixPath(word).parent)
+                dirs.add("" if parent == "." else parent)
+    return sorted(dirs)
+
+
+def _split(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return command.split()
+
+
+def module_name(path: str) -> str:
+    """The top-level module an entry would be imported as: ``pkg``, ``mod.py``, ``mod.cpython-311-x86_64-linux-gnu.so``."""
+    return PurePosixPath(path).name.split(".", 1)[0]
+
+
+def _is_build_output(entry: Mapping[str, Any], compiled: set[str]) -> bool:
+    """A compiled module the repo declares, built in place: the build's own output, not a shadow."""
+    name = PurePosixPath(str(entry["path"])).name
+    return entry.get("kind") == "module" and name.endswith(COMPILED_SUFFIXES) and module_name(name) in compiled
+
+
+def judge_tree(scan: Mapping[str, Any], census: Census, compiled_modules: Iterable[str] = ()) -> list[Finding]:
+    """Findings from a tree scan: tracked changes to restore, shadowing entries to quarantine."""
+    compiled = {name.rsplit(".", 1)[-1] for name in compiled_modules}
+    imported = {module.name for module in census.modules}
+    findings: list[Finding] = []
+    for change in scan.get("changed", []):
+        kind = {"missing": "tracked_missing", "replaced": "tracked_replaced",
+                "mode": "tracked_mode"}.get(change.get("change"), "tracked_modified")
+        detail = {key: value for key, value in change.items() if key not in ("path",)}
+        findings.append(Finding(kind, str(change["path"]), "restored", detail))
+    for entry in scan.get("untracked", []):
+        name = module_name(str(entry["path"]))
+        if name in imported and not _is_build_output(entry, compiled):
+            findings.append(Finding("shadow", str(entry["path"]), "quarantined", {
+                "module": name, "entry": entry.get("kind"), "census_kind": census.kind_of(name)}))
+    return findings
+
+
+def judge_hooks(scan: Mapping[str, Any], *, since: float | None, owned: Iterable[str] = ()) -> list[Finding]:
+    """Start-up hooks the agent left: each fails the probe tiers.
+
+    A hook is the agent's when its file lies under a directory the job owns (``owned``: its work dir
+    and HOME) or was written after ``since``, the host's clock when the checkout was verified, before
+    the agent started (a file's ctime cannot be set back). Hooks the host's interpreter already had
+    are the host's business and are left alone."""
+    roots = [root.rstrip("/") + "/" for root in owned]
+    findings = []
+    for hook in scan.get("hooks", []):
+        path, changed = str(hook.get("path")), hook.get("ctime")
+        mine = any(path.startswith(root) for root in roots)
+        written = isinstance(changed, (int, float)) and since is not None and changed >= since - 1
+        if mine or written:
+            findings.append(Finding("startup_hook", path, "tier_failed",
+                                    {key: value for key, value in hook.items() if key != "path"}))
+    return findings
+
+
+def unified_diff(path: str, pinned: bytes, found: bytes | None) -> str:
+    """A capped unified diff from the pinned content to what the agent left (text files only)."""
+    if found is None:
+        return ""
+    if b"\0" in pinned[:8192] or b"\0" in found[:8192]:
+        return f"binary file: {len(pinned)} bytes pinned, {len(found)} bytes found"
+    lines = list(difflib.unified_diff(pinned.decode(errors="replace").splitlines(keepends=True),
+                                      found.decode(errors="replace").splitlines(keepends=True),
+                                      fromfile=f"a/{path} (pinned)", tofile=f"b/{path} (agent)"))
+    if len(lines) > DIFF_LINES:
+        lines = lines[:DIFF_LINES] + [f"... {len(lines) - DIFF_LINES} more diff lines\n"]
+    return "".join(lines)
