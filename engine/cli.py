@@ -213,6 +213,13 @@ def show(run_ref: str, db_path: Path | None, as_json: bool) -> None:
         )
     console.print(table)
     console.print("tiers: ✓ pass  ✗ fail  – skip  ! error  · not scored")
+    flagged = [row for row in rows if row["findings"]]
+    if flagged:
+        console.print("integrity findings (the probes judged the repo as pinned; see docs in README, 'Integrity'):",
+                      markup=False)
+        for row in flagged:
+            for finding in row["findings"]:
+                console.print(f"  {row['key']}: {finding['kind']} {finding['path']} → {finding['action']}", markup=False)
 
 
 @main.command()

@@ -116,7 +116,11 @@ async def secure(attempt: JobAttempt, *, pristine: Pristine, manifest: Manifest,
     findings = judge_tree(scan, census, compiled)
     findings = await _with_diffs(attempt, pristine, manifest, findings)
     if findings:
-        await _apply(attempt, pristine, manifest, findings, timeout)
+        try:
+            await _apply(attempt, pristine, manifest, findings, timeout)
+        except (SandboxError, ScanError) as error:
+            # The agent left a tree that cannot be put back: its doing, so its tiers fail, never infra.
+            findings.append(Finding("unrestorable", ".", "tier_failed", {"error": str(error)[:500]}))
     if python is not None:
         owned = [str(attempt.paths.workdir), str(getattr(attempt.sandbox, "home", "") or attempt.paths.workdir)]
         findings += judge_hooks(await scan_hooks(attempt, python, timeout), since=checkout_epoch(attempt), owned=owned)
@@ -151,7 +155,9 @@ for arg in "$@"; do
   case "$arg" in
     --quarantine) mode=quarantine; continue ;;
   esac
-  if [ "$mode" = remove ]; then
+  if [ "$arg" = . ]; then
+    rm -rf -- repo; mkdir -- repo
+  elif [ "$mode" = remove ]; then
     rm -rf -- "repo/$arg"
   elif [ -e "repo/$arg" ] || [ -L "repo/$arg" ]; then
     mkdir -p -- "$(dirname -- "QUARANTINE/$arg")"
@@ -175,7 +181,7 @@ async def _apply(attempt: JobAttempt, pristine: Pristine, manifest: Manifest, fi
         raise ScanError(f"restoring the checkout failed (exit {result.returncode})")
     links, executables = [], []
     for entry in manifest.entries:
-        if not any(entry.path == path or entry.path.startswith(path + "/") for path in restore):
+        if "." not in restore and not any(entry.path == path or entry.path.startswith(path + "/") for path in restore):
             continue
         data = await blob_bytes(pristine, entry.blob)
         if entry.mode == "120000":

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .store import StoreReader
+from .views import job_findings
 from .tiers import ALL_TIERS
 
 PYRAMID = ("C0", "C1", "C2", "C3", "C4")
@@ -75,6 +76,7 @@ class RunScores:
     agents: dict[str, AgentScore]
     repos: list[dict[str, Any]]  # one pyramid row per job: repo, agent, tier -> status/category
     per_job_hallucinations: list[dict[str, Any]]
+    findings: list[dict[str, Any]] = field(default_factory=list)  # integrity findings, one row each
 
 
 def latest_results(reader: StoreReader, run_id: str) -> dict[int, dict[str, dict[str, Any]]]:
@@ -132,7 +134,10 @@ def score_run(reader: StoreReader, run_id: str) -> RunScores:
             environment = evidence.get("environment") or {}
             if environment.get("size_bytes") is not None:
                 score.env_bytes.append(environment["size_bytes"])
-    return RunScores(run=run, agents=agents, repos=repos, per_job_hallucinations=hallucinated)
+    by_job = job_findings(reader, run_id)
+    findings = [{"repo": job["repo_id"], "agent": job["agent"], **{k: f[k] for k in ("kind", "path", "action")}}
+                for job in jobs for f in by_job.get(job["id"], [])]
+    return RunScores(run=run, agents=agents, repos=repos, per_job_hallucinations=hallucinated, findings=findings)
 
 
 def _count(score: AgentScore, tier: str, result: dict[str, Any]) -> None:
@@ -214,6 +219,9 @@ def render(scores: RunScores, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(to_json(scores), indent=2)
     tables = [("Agents", *agent_table(scores)), ("Repos", *repo_table(scores))]
+    if scores.findings:
+        tables.append(("Integrity findings", ["repo", "agent", "kind", "path", "action"],
+                       [[f["repo"], f["agent"], f["kind"], f["path"], f["action"]] for f in scores.findings]))
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out)
@@ -248,7 +256,8 @@ def to_json(scores: RunScores) -> dict[str, Any]:
             "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "env_bytes": score.env_bytes,
         }
     return {"run": {key: scores.run[key] for key in ("id", "name", "suite", "state")}, "agents": agents,
-            "repos": scores.repos, "hallucinations_per_job": scores.per_job_hallucinations}
+            "repos": scores.repos, "hallucinations_per_job": scores.per_job_hallucinations,
+            "integrity_findings": scores.findings}
 
 
 def _markdown(header: list[str], rows: list[list[str]]) -> str:

@@ -153,16 +153,16 @@ class TierRunner:
         if result.status not in ("pass", "fail"):
             return result
         problem = self.state.interpreter_problem if self.state.python else None
-        hooks = self.state.integrity.hooks if self.state.integrity else []
+        blocking = self.state.integrity.blocking if self.state.integrity else []
         if problem:
             return TierResult(result.tier, "fail", BAD_INTERPRETER, {
                 "reason": problem, "python_path": self.state.python,
                 "verdict_otherwise": {"status": result.status, "category": result.category}})
-        if hooks:
+        if blocking:
             return TierResult(result.tier, "fail", TAMPERED, {
-                "reason": f"{len(hooks)} interpreter start-up hook(s) the agent left could decide the outcome: "
-                          + ", ".join(hook.path for hook in hooks[:5]),
-                "hooks": [hook.to_dict() for hook in hooks],
+                "reason": f"{len(blocking)} change(s) the agent left could decide the outcome: "
+                          + ", ".join(f"{finding.kind} {finding.path}" for finding in blocking[:5]),
+                "findings": [finding.to_dict() for finding in blocking],
                 "verdict_otherwise": {"status": result.status, "category": result.category}})
         return result
 

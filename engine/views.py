@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -37,6 +38,7 @@ def job_rows(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
             " SUM(cost_usd) AS cost, COUNT(cost_usd) AS priced, COUNT(*) AS n FROM usage WHERE run_id = ?"
             " GROUP BY job_id", (run_id,))
     }
+    findings = job_findings(reader, run_id)
     rows = []
     for job in reader.jobs(run_id):
         where = job["host"] or "—"
@@ -50,8 +52,33 @@ def job_rows(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
             "agent_seconds": f"{seconds:.1f}" if seconds is not None else "—",
             "elapsed": _elapsed(job),
             **_spend(spend.get(job["id"])),
+            "findings": findings.get(job["id"], []),
+            "integrity": findings_summary(findings.get(job["id"], [])),
         })
     return rows
+
+
+def job_findings(reader: StoreReader, run_id: str) -> dict[int, list[dict[str, Any]]]:
+    """Integrity findings of each job's latest job attempt: what the agent changed that the probes
+    do not judge on (an edited tracked file, a shadowing file, a start-up hook), and what was done."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for row in reader.rows(
+        "SELECT f.job_id, f.kind, f.path, f.action, f.detail_json FROM findings f JOIN attempts a ON a.id = f.attempt_id"
+        " WHERE f.run_id = ? AND a.number = (SELECT MAX(number) FROM attempts WHERE job_id = a.job_id AND scope = 'job')"
+        " ORDER BY f.id", (run_id,),
+    ):
+        detail = json.loads(row["detail_json"] or "{}")
+        found.setdefault(row["job_id"], []).append(
+            {"kind": row["kind"], "path": row["path"], "action": row["action"], "detail": detail})
+    return found
+
+
+def findings_summary(findings: list[dict[str, Any]]) -> str:
+    """``2 shadow, 1 tracked_modified`` for a table cell; empty when there are none."""
+    counts: dict[str, int] = {}
+    for finding in findings:
+        counts[finding["kind"]] = counts.get(finding["kind"], 0) + 1
+    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
 
 
 def _elapsed(job: dict[str, Any]) -> str:

@@ -41,6 +41,7 @@ class Finding:
     """One change the judge does not score on: ``kind`` says what, ``action`` what was done."""
 
     kind: str  # tracked_modified | tracked_missing | tracked_replaced | tracked_mode | shadow | startup_hook
+    #            | unrestorable (the tree could not be put back)
     path: str
     action: str  # restored | quarantined | tier_failed
     detail: dict[str, Any] = field(default_factory=dict)
@@ -64,8 +65,9 @@ class Integrity:
         return [f.path for f in self.findings if f.action == "quarantined"]
 
     @property
-    def hooks(self) -> list[Finding]:
-        return [f for f in self.findings if f.kind == "startup_hook"]
+    def blocking(self) -> list[Finding]:
+        """Findings that fail the probe tiers: start-up hooks, a tree that could not be restored."""
+        return [f for f in self.findings if f.action == "tier_failed"]
 
     def summary(self) -> str:
         """One line for tables: counts per kind, or ``clean``."""

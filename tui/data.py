@@ -915,6 +915,13 @@ def job_detail(db_path: Path, job_id: int) -> dict[str, Any]:
                                    (attempt["id"],)):
                 row["attempt"] = attempt["number"]
                 logs.append(row)
+        try:
+            findings = reader.rows("SELECT kind, path, action, detail_json FROM findings WHERE attempt_id = ?"
+                                   " ORDER BY id", (latest["id"],)) if latest else []
+        except sqlite3.OperationalError:  # a store from before integrity findings, opened read-only
+            findings = []
+        for row in findings:
+            row["detail"] = _loads(row.pop("detail_json"))
         phases = reader.rows("SELECT name, status, started_at, finished_at, reason FROM phases WHERE attempt_id = ?"
                              " ORDER BY id", (latest["id"],)) if latest else []
         run = reader.run(job[0]["run_id"]) if job else None
@@ -931,7 +938,8 @@ def job_detail(db_path: Path, job_id: int) -> dict[str, Any]:
                     files.append({"name": path.stem, "stream": path.suffix[1:], "path": str(path),
                                   "nbytes": path.stat().st_size, "nlines": None, "attempt": None})
     return {"job": job[0] if job else None, "attempts": attempts, "attempt": latest, "results": results,
-            "logs": logs + files, "phases": phases, "tiers": tuple(options.get("tiers", ALL_TIERS))}
+            "logs": logs + files, "phases": phases, "tiers": tuple(options.get("tiers", ALL_TIERS)),
+            "findings": findings}
 
 
 def read_tail(path: str | Path, limit: int = 256 * 1024) -> tuple[list[str], int]:

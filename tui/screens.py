@@ -628,6 +628,26 @@ def report_table(result: dict[str, Any] | None, scored: bool, workdir: str | Non
     return Group(*parts)
 
 
+def integrity_text(findings: list[dict[str, Any]]) -> Any:
+    """What the agent changed that the probes did not judge on, and what was done about it: edited
+    tracked files restored (with the diff), shadowing files quarantined, start-up hooks failing tiers."""
+    if not findings:
+        return Text("integrity: clean (the checkout was the pinned commit; no start-up hooks)\n", "green")
+    parts: list[Any] = [Text(f"integrity: {len(findings)} finding{'s' if len(findings) != 1 else ''} "
+                             "(the probes judged the repo as pinned)", "bold yellow")]
+    for finding in findings:
+        parts.append(Text.assemble(("  " + finding["kind"], "bold"), f" {finding['path']} ",
+                                   (f"→ {finding['action']}", "yellow")))
+        diff = (finding.get("detail") or {}).get("diff")
+        if diff:
+            parts.append(Text("\n".join("    " + line for line in diff.splitlines()[:40]), "grey70"))
+        line = (finding.get("detail") or {}).get("line")
+        if line:
+            parts.append(Text("    " + line[:200], "grey70"))
+    parts.append(Text(""))
+    return Group(*parts)
+
+
 class JobScreen(DashScreen):
     SCREEN_ID = "job"
     BINDINGS = bindings_for("job")
@@ -728,7 +748,10 @@ class JobScreen(DashScreen):
         self._follow_title()
 
     def _follow_title(self) -> None:
-        log = self.query_one("#transcript", Log)
+        found = self.query("#transcript")
+        if not found:  # a tick can land while the screen is still composing or already going away
+            return
+        log = found.first(Log)
         following = log.is_vertical_scroll_end
         if following != self._following:
             self._following = following
@@ -810,7 +833,8 @@ class JobScreen(DashScreen):
             table.move_cursor(row=first, animate=False)
             self.selected_tier = ALL_TIERS[first]
         self._tier_detail()
-        self.report = report_table(results.get("C5"), "C5" in scored, (detail.get("attempt") or {}).get("workdir"))
+        self.report = Group(integrity_text(detail.get("findings") or []), report_table(
+            results.get("C5"), "C5" in scored, (detail.get("attempt") or {}).get("workdir")))
         self.query_one("#report", Static).update(self.report)
         self._raw_files(detail["logs"])
         self._mount_files(detail)

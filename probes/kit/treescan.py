@@ -65,7 +65,10 @@ def _symlinked_parent(root, rel):
 
 
 def compare(root, files):
-    """Each tracked path whose entry in the tree is not the pinned one: missing, replaced, edited."""
+    """Each tracked path whose entry in the tree is not the pinned one: missing, replaced, edited.
+    A checkout that is itself no longer a directory is one change at path "."."""
+    if os.path.islink(root) or not os.path.isdir(root):
+        return [{"path": ".", "change": "replaced", "now": "not a directory"}]
     changed = []
     reported_parents = set()
     for mode, sha, rel in files:
