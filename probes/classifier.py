@@ -1,7 +1,8 @@
 """The failure classifier: one set of ordered signatures over a tier's output decides its category.
 
 Every failing tier (C1-C4 entrypoint runs, the C2 framework probe, ...) hands the tail of its output,
-its exit code and whether it hit its timeout to `classify`, which returns a `Classification`:
+its exit code, whether it hit its timeout and (for entrypoint runs) the compiled modules the repo
+declares to `classify`, which returns a `Classification`:
 the category (one of `CATEGORIES`), the name of the signature that matched (or "default"), and the
 line that proves it (at most 300 characters).
 
@@ -44,10 +45,19 @@ Rule order (first match wins) and why
   GPU exists: the agent picked the wrong build, so `cuda_mismatch` - except on tier C1, where GPUs
   are hidden on purpose and the entrypoint asking for CUDA at all is the failure: `no_gpu`.
   (`libcuda.so.1` missing is the driver itself: `no_gpu`.)
-- `native_extension` before `deps_missing`: `No module named 'pkg._C'` / `'pkg._ext'` / `'xxx_cuda'`
-  means the package is installed but its compiled part is not; undefined symbols, missing shared
-  objects, DLL load failures, GLIBCXX versions, NumPy 1.x/2.x ABI breaks and failed C/C++/CUDA
-  builds ("Failed building wheel", "fatal error: x.h: No such file", "CUDA_HOME ... not set").
+- `native_extension` before `deps_missing`. First on facts: the caller passes the modules the repo
+  declares as compiled at its pinned commit (`compiled_modules`, read by `probes.buildinfo`), and a
+  failing import of one of them, whatever it is named, is an unbuilt or broken extension: "No module
+  named 'x.y'" where x.y is declared, or "cannot import name 'z' from 'x.y'" where x.y.z (the compiled
+  module imported from its package) or x.y itself (a name missing from a stale build) is declared;
+  a failing module matches a declared name by its whole dotted name or by its last component (a
+  CMake or meson target is often declared by its own name only). Then by signature, for compiled
+  parts of dependencies that no file of the repo declares: `No module named 'pkg._C'` / `'pkg._ext'`
+  / `'xxx_cuda'` (the package is installed but its compiled part is not) and the standard library's
+  own compiled modules (`_ctypes`, `_lzma`, ...); undefined symbols, an extension without its
+  `PyInit_` function, missing shared objects, DLL load failures, GLIBCXX versions, NumPy 1.x/2.x ABI
+  breaks and failed C/C++/CUDA builds ("Failed building wheel", "fatal error: x.h: No such file",
+  "CUDA_HOME ... not set").
 - `download_failed` before `entrypoint_not_found` and `deps_missing`: pip's "Could not find a version
   that satisfies" / "No matching distribution found" is a download failure (the index did not
   have it or could not be reached), as are connection errors, DNS failures, HTTP errors and the
@@ -69,7 +79,10 @@ Rule order (first match wins) and why
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
+
+from .buildinfo import declared_match
 
 CATEGORIES = (
     "deps_missing", "native_extension", "cuda_mismatch", "no_gpu", "oom", "nccl", "timeout",
@@ -96,7 +109,9 @@ class Rule:
     """One named signature. It applies when the exit code is one of `returncodes` (if given) and
     the tier one of `tiers` (if given), and it matches when its pattern does (a rule without a
     pattern matches on the exit code alone). `hints` are literal strings of which every match
-    contains at least one: a text holding none of them is skipped without running the regex."""
+    contains at least one: a text holding none of them is skipped without running the regex.
+    A `declared` rule's pattern names a failing import (groups `module`, or `name` and `package`), and
+    a match counts only where that import is a compiled module the repo declares."""
 
     name: str
     category: str
@@ -104,6 +119,7 @@ class Rule:
     hints: tuple[str, ...] = ()
     returncodes: frozenset[int] | None = None
     tiers: frozenset[str] | None = None
+    declared: bool = False
 
     def applies_to(self, returncode: int | None, tier: str | None) -> bool:
         if self.returncodes is not None and returncode not in self.returncodes:
@@ -117,11 +133,12 @@ class Rule:
 
 
 def _rule(name: str, category: str, *patterns: str, hints: tuple[str, ...] = (),
-          returncodes: tuple[int, ...] | None = None, tiers: tuple[str, ...] | None = None) -> Rule:
+          returncodes: tuple[int, ...] | None = None, tiers: tuple[str, ...] | None = None,
+          declared: bool = False) -> Rule:
     pattern = re.compile("|".join(f"(?:{p})" for p in patterns), re.MULTILINE) if patterns else None
     return Rule(name, category, pattern, hints,
                 frozenset(returncodes) if returncodes is not None else None,
-                frozenset(tiers) if tiers is not None else None)
+                frozenset(tiers) if tiers is not None else None, declared)
 
 
 # A line that ends in an exception class name, optionally with a message: `torch.OutOfMemoryError: ...`.
@@ -196,7 +213,11 @@ RULES: tuple[Rule, ...] = (
     _rule("torch_cpu_build", "cuda_mismatch", r"Torch not compiled with CUDA enabled",
           hints=("Torch not compiled with CUDA",)),
     # --- native_extension ------------------------------------------------------------------
-    _rule("undefined_symbol", "native_extension", r"undefined symbol: \S+", hints=("undefined symbol",)),
+    _rule("declared_extension_missing", "native_extension",
+          r"No module named '(?P<module>[\w.]+)'", r"cannot import name '(?P<name>\w+)' from '(?P<package>[\w.]+)'",
+          hints=("No module named '", "cannot import name '"), declared=True),
+    _rule("undefined_symbol", "native_extension", r"undefined symbol: \S+",
+          r"dynamic module does not define module export function", hints=("undefined symbol", "dynamic module")),
     _rule("shared_object_missing", "native_extension",
           r"cannot open shared object file", r"DLL load failed", r"version `GLIBC(?:XX)?_[\d.]+' not found",
           r"wrong ELF class", r"invalid ELF header", r"(?:ImportError|OSError): \S+\.(?:so|pyd|dll)(?:\.[\d.]+)?\b",
@@ -358,35 +379,61 @@ def _block_end(text: str, start: int) -> int:
     return end if end >= 0 else len(text)
 
 
-def _last_match(pattern: re.Pattern[str], text: str) -> int | None:
-    """Where the last match of `pattern` in `text` starts, or None."""
+def _is_declared(match: re.Match[str], compiled: Collection[str]) -> bool:
+    """Whether the import a `declared` rule's match names is a declared compiled module: the module
+    of "No module named 'x.y'", or for "cannot import name 'z' from 'x.y'" either x.y.z (importing the
+    compiled module from its package) or x.y itself (a name missing from a stale build)."""
+    groups = match.groupdict()
+    if groups.get("module"):
+        candidates: tuple[str, ...] = (groups["module"],)
+    elif groups.get("package") and groups.get("name"):
+        candidates = (f"{groups['package']}.{groups['name']}", groups["package"])
+    else:
+        return False
+    return any(declared_match(candidate, compiled) for candidate in candidates)
+
+
+def _find(rule: Rule, text: str, compiled: Collection[str], *, last: bool) -> int | None:
+    """Where the first (or the last) counting match of `rule` in `text` starts, or None."""
+    assert rule.pattern is not None
+    if not rule.may_match(text):
+        return None
     position = None
-    for match in pattern.finditer(text):
+    for match in rule.pattern.finditer(text):
+        if rule.declared and not _is_declared(match, compiled):
+            continue
         position = match.start()
+        if not last:
+            break
     return position
 
 
 def classify(output: str, *, returncode: int | None, timed_out: bool = False,
-             tier: str | None = None) -> Classification:
+             tier: str | None = None, compiled_modules: Collection[str] = ()) -> Classification:
     """The failure category of a tier's `output` (stdout and stderr tails), given its exit code,
-    whether it hit its timeout, and which tier it was ("C1".."C4"; it matters for C1)."""
+    whether it hit its timeout, and which tier it was ("C1".."C4"; it matters for C1).
+
+    `compiled_modules` are the modules the repo declares as compiled at its pinned commit
+    (`probes.buildinfo.module_names`): a failing import of one of them is `native_extension`,
+    whatever its name. Without them only the name-independent signatures decide."""
     text = _tail(output or "")
     span = _final_exception(text)
     if timed_out:
         evidence = _clip(text[span[0]:span[1]]) if span else _last_line(text)
         return Classification("timeout", "timed_out", evidence or "timed out")
-    rules = [rule for rule in RULES if rule.applies_to(returncode, tier)]
+    compiled = frozenset(compiled_modules)
+    rules = [rule for rule in RULES if rule.applies_to(returncode, tier) and (compiled or not rule.declared)]
     if span:
         start, end = span[0], _block_end(text, span[0])
         block = text[start:end]
         for rule in rules:
-            if rule.pattern is not None and rule.may_match(block) and (match := rule.pattern.search(block)):
-                return Classification(rule.category, rule.name, _line_at(block, match.start()))
+            if rule.pattern is not None and (position := _find(rule, block, compiled, last=False)) is not None:
+                return Classification(rule.category, rule.name, _line_at(block, position))
     for rule in rules:
         if rule.pattern is None:
             evidence = _clip(text[span[0]:span[1]]) if span else _last_line(text)
             return Classification(rule.category, rule.name, evidence or f"exit code {returncode}")
-        if rule.may_match(text) and (position := _last_match(rule.pattern, text)) is not None:
+        if (position := _find(rule, text, compiled, last=True)) is not None:
             return Classification(rule.category, rule.name, _line_at(text, position))
     evidence = _clip(text[span[0]:span[1]]) if span else _last_line(text)
     return Classification("runtime", "default", evidence or f"exit code {returncode}")

@@ -304,3 +304,54 @@ def test_hints_never_hide_a_match() -> None:
         for text in texts:
             if rule.pattern.search(text):
                 assert rule.may_match(text), (rule.name, text[:200])
+
+
+# --- compiled modules the repo declares (probes/buildinfo.py) ------------------------------------
+
+
+def test_declared_compiled_module_missing_is_native_whatever_its_name() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/work/repo/main.py", line 1, in <module>\n'
+        "    import fastops\n"
+        "ModuleNotFoundError: No module named 'fastops'\n"
+    )
+    assert classify(text, returncode=1).category == "deps_missing"
+    verdict = classify(text, returncode=1, compiled_modules={"fastops"})
+    assert verdict == Classification("native_extension", "declared_extension_missing",
+                                     "ModuleNotFoundError: No module named 'fastops'")
+    # a CMake target known only by its own name, built inside the package
+    inside = text.replace("'fastops'", "'geo.fastops'")
+    assert classify(inside, returncode=1, compiled_modules={"fastops"}).category == "native_extension"
+    # a module that is not declared stays a dependency, even beside declared ones
+    other = text.replace("'fastops'", "'einops'")
+    assert classify(other, returncode=1, compiled_modules={"fastops", "geo._ext"}).category == "deps_missing"
+    # the package around a declared module is not the compiled module
+    parent = text.replace("'fastops'", "'geo'")
+    assert classify(parent, returncode=1, compiled_modules={"geo.fastops"}).category == "deps_missing"
+
+
+def test_cannot_import_a_declared_compiled_module_from_its_package_is_native() -> None:
+    own = "ImportError: cannot import name 'voxelize' from 'geo' (/work/repo/geo/__init__.py)\n"
+    assert classify(own, returncode=1).category == "runtime"
+    assert classify(own, returncode=1, compiled_modules={"geo.voxelize"}).category == "native_extension"
+    assert classify(own, returncode=1, compiled_modules={"voxelize"}).category == "native_extension"
+    assert classify(own, returncode=1, compiled_modules={"geo.other"}).category == "runtime"
+    # a name missing from the compiled module itself: the built module is not the one the code expects
+    stale = "ImportError: cannot import name 'knn' from 'geo._ops' (/work/repo/geo/_ops.cpython-311-x86_64-linux-gnu.so)\n"
+    assert classify(stale, returncode=1, compiled_modules={"geo._ops"}).category == "native_extension"
+
+
+def test_declared_compiled_module_is_checked_in_the_whole_tail_too() -> None:
+    text = (
+        "ModuleNotFoundError: No module named 'geo.voxel_cuda_kernels_v2'\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "train.py FAILED\n"
+    )
+    verdict = classify(text, returncode=1, compiled_modules=("geo.voxel_cuda_kernels_v2",))
+    assert verdict.category == "native_extension" and verdict.signature == "declared_extension_missing"
+
+
+def test_compiled_module_without_its_init_function_is_native() -> None:
+    text = "ImportError: dynamic module does not define module export function (PyInit_fastops)\n"
+    assert classify(text, returncode=1).category == "native_extension"
