@@ -9,15 +9,18 @@ with its reason; a tier the host has too few GPUs for is `skip`/`insufficient_ha
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import socket
+import subprocess
 import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..probes import buildinfo
 from ..probes.audit import NO_FRAMEWORK, Observations, audit
 from ..probes.c0 import run_c0
 from ..probes.census import Census, files_at_commit, import_census
@@ -368,7 +371,8 @@ class TierRunner:
         if result.ok:
             return TierResult(tier, "pass", None, evidence)
         output = tail_text(result.stdout_path, result.stderr_path)
-        verdict = classify(output, returncode=result.returncode, timed_out=result.timed_out, tier=tier)
+        verdict = classify(output, returncode=result.returncode, timed_out=result.timed_out, tier=tier,
+                           compiled_modules=self._compiled_modules)
         evidence |= {"signature": verdict.signature, "evidence_line": verdict.evidence}
         category = verdict.category
         if category == "deps_missing" and (cause := self._agent_download_failure()) is not None:
@@ -376,6 +380,20 @@ class TierRunner:
             category = "download_failed"
             evidence |= {"root_cause": "agent log", "root_cause_line": cause}
         return TierResult(tier, "fail", category, evidence)
+
+    @functools.cached_property
+    def _compiled_modules(self) -> frozenset[str]:
+        """The compiled modules the repo declares at its pinned commit (read once per job, from the
+        pristine copy: the agent's edits to its checkout never count). None are known when the
+        pinned commit cannot be read; the classifier then decides by its signatures alone."""
+        pristine = self.attempt.pristine
+        if pristine is None:
+            return frozenset()
+        try:
+            files = files_at_commit(pristine.path, pristine.commit, select=buildinfo.wanted)
+        except (RuntimeError, OSError, subprocess.SubprocessError):
+            return frozenset()
+        return buildinfo.module_names(files)
 
     def _agent_download_failure(self) -> str | None:
         """The agent log's download failure, if it had one (a registry outage, no network)."""
