@@ -39,10 +39,14 @@ import ast
 import fnmatch
 import posixpath
 import re
-import tomllib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import PurePosixPath
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - the baseline agent may be driven by an older Python: no TOML then
+    tomllib = None  # type: ignore[assignment]
 
 BUILD_FILES = frozenset({"setup.py", "pyproject.toml", "CMakeLists.txt", "meson.build", "Cargo.toml"})
 """File names read for declarations, anywhere in the tree."""
@@ -204,6 +208,8 @@ def _cython_module(path: str, base: str, known: frozenset[str] | None) -> str:
 
 
 def _toml(data: bytes) -> dict:
+    if tomllib is None:
+        return {}
     try:
         return tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError):
