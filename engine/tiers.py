@@ -24,7 +24,7 @@ from ..probes import buildinfo
 from ..probes.audit import NO_FRAMEWORK, Observations, audit
 from ..probes.c0 import run_c0
 from ..probes.census import Census, files_at_commit, import_census
-from ..probes.classifier import classify
+from ..probes.classifier import blamed_download, classify
 from ..probes.kit import SCRIPTS, script_source
 from ..probes.mirror import Mirror, build_mirror, failed_mirror
 from ..probes.report import ReportLoad, load_report
@@ -375,8 +375,8 @@ class TierRunner:
                            compiled_modules=self._compiled_modules)
         evidence |= {"signature": verdict.signature, "evidence_line": verdict.evidence}
         category = verdict.category
-        if category == "deps_missing" and (cause := self._agent_download_failure()) is not None:
-            # The module is missing because the agent could not download it: that is the root cause.
+        if category == "deps_missing" and (cause := self._agent_download_failure(verdict.evidence)) is not None:
+            # The package is missing because the agent could not download it: that is the root cause.
             category = "download_failed"
             evidence |= {"root_cause": "agent log", "root_cause_line": cause}
         return TierResult(tier, "fail", category, evidence)
@@ -395,11 +395,12 @@ class TierRunner:
             return frozenset()
         return buildinfo.module_names(files)
 
-    def _agent_download_failure(self) -> str | None:
-        """The agent log's download failure, if it had one (a registry outage, no network)."""
+    def _agent_download_failure(self, failure: str) -> str | None:
+        """The agent log's line showing that the package the probe's `failure` line misses could not
+        be downloaded (and was not installed after all), if there is one: only that download failure
+        explains this failure; one for another package, or one the agent recovered from, does not."""
         logs = self.attempt.base / "logs"
-        verdict = classify(tail_text(logs / "agent.stdout", logs / "agent.stderr"), returncode=1)
-        return verdict.evidence if verdict.category == "download_failed" else None
+        return blamed_download(failure, tail_text(logs / "agent.stdout", logs / "agent.stderr"))
 
     # -- C2: CUDA alignment -----------------------------------------------------------------
     async def _tier_c2(self) -> TierResult:

@@ -78,6 +78,7 @@ Rule order (first match wins) and why
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -437,3 +438,196 @@ def classify(output: str, *, returncode: int | None, timed_out: bool = False,
             return Classification(rule.category, rule.name, _line_at(text, position))
     evidence = _clip(text[span[0]:span[1]]) if span else _last_line(text)
     return Classification("runtime", "default", evidence or f"exit code {returncode}")
+
+
+# --- which download failure is to blame -------------------------------------------------------------
+#
+# A probe's `deps_missing` becomes `download_failed` only when the agent's own log shows that the very
+# package the probe misses could not be downloaded: a download error for another package, or one the
+# agent recovered from by installing the package after all, explains nothing about this failure.
+
+IMPORT_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
+    "cv2": ("opencv-python", "opencv-python-headless", "opencv-contrib-python", "opencv-contrib-python-headless"),
+    "yaml": ("PyYAML",), "sklearn": ("scikit-learn",), "skimage": ("scikit-image",), "PIL": ("Pillow", "pillow-simd"),
+    "bs4": ("beautifulsoup4",), "attr": ("attrs",), "dateutil": ("python-dateutil",), "google.protobuf": ("protobuf",),
+    "Crypto": ("pycryptodome", "pycrypto"), "jwt": ("PyJWT",), "serial": ("pyserial",), "zmq": ("pyzmq",),
+    "fitz": ("PyMuPDF",), "docx": ("python-docx",), "dotenv": ("python-dotenv",), "magic": ("python-magic",),
+    "git": ("GitPython",), "OpenGL": ("PyOpenGL",), "Bio": ("biopython",), "hydra": ("hydra-core",),
+    "absl": ("absl-py",), "pkg_resources": ("setuptools",), "mpl_toolkits": ("matplotlib",),
+    "faiss": ("faiss-cpu", "faiss-gpu"), "Levenshtein": ("python-Levenshtein", "levenshtein"), "tree": ("dm-tree",),
+    "haiku": ("dm-haiku",), "mmcv": ("mmcv", "mmcv-full"), "grpc": ("grpcio",), "OpenSSL": ("pyOpenSSL",),
+    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"), "websocket": ("websocket-client",),
+    "osgeo": ("GDAL",), "psycopg2": ("psycopg2", "psycopg2-binary"),
+}
+"""Well-known imports whose distribution has another name (an import's own name, normalised, is always
+a candidate too); read in both directions."""
+
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_MISSING = re.compile(
+    rf"No module named '(?P<module>[\w.]+)'|cannot import name '\w+' from '(?P<package>[\w.]+)'"
+    rf"|The '(?P<dist>{_NAME})[^'\n]*' distribution was not found|DistributionNotFound: (?!The ')(?P<old>{_NAME})"
+    rf"|requires the (?P<library>{_NAME}) library but it was not found"
+    rf"|(?P<pinned>{_NAME})[<>=!~][^\s]* is required for a normal functioning"
+    rf"|pip install (?P<install>{_NAME})"
+)
+_NOT_FOUND = re.compile(
+    rf"No matching distribution found for (?P<req>{_NAME})"
+    rf"|Could not find a version that satisfies the requirement (?P<req2>{_NAME})"
+    rf"|Because (?P<uv>{_NAME})\S* was not found in the (?:package registry|provided package locations)"
+    rf"|Because there (?:is|are) no versions? of (?P<uv2>{_NAME})"
+    rf"|Failed to download [`'\"](?P<uv3>{_NAME})"
+)
+_NETWORK = re.compile(
+    r"Failed to establish a new connection|Connection refused|Temporary failure in name resolution"
+    r"|Name or service not known|Could not resolve host|Max retries exceeded|Read timed out|ReadTimeoutError"
+    r"|ConnectTimeoutError|Connection reset|Network is unreachable|No route to host|connection broken by"
+    r"|HTTP error \d+ while getting|Could not fetch URL|error sending request|Failed to fetch|SSLError|ProxyError"
+    r"|IncompleteRead|ChunkedEncodingError|ConnectionError"
+)
+_GIT_FATAL = re.compile(r"fatal: (?:unable to access|repository|could not read \w+ for) '(?P<url>[^'\n]+)'")
+_GIT_URL_NAME = re.compile(rf"(?:(?P<name>{_NAME}) ?@ ?)?git\+(?P<url>[^\s#'\"`]+)(?:#(?:\S*&)?egg=(?P<egg>{_NAME}))?")
+_URL_NAMES = re.compile(rf"/simple/(?P<index>{_NAME})/|/(?P<file>[A-Za-z0-9][\w.]*?)-\d[^/\s'\"`]*?"
+                        rf"\.(?:whl|tar\.gz|tar\.bz2|zip)\b")
+_COLLECTING = re.compile(rf"^\s*Collecting (?P<name>{_NAME})|^\s*Downloading (?:\S*/)?(?P<file>[A-Za-z0-9][\w.]*?)-\d",
+                         re.MULTILINE)
+_CONDA_MISSING = re.compile(r"PackagesNotFoundError[^\n]*\n(?P<list>(?:\s*\n|\s+- [^\n]*\n?)+)")
+_RECOVERED = re.compile(
+    r"Successfully installed (?P<pip>[^\n]+)|^\s*\+ (?P<uv>" + _NAME + r")==|Requirement already satisfied: (?P<req>"
+    + _NAME + r")", re.MULTILINE)
+CONTEXT_LINES = 40
+"""How far back an unnamed network error looks for the package pip was collecting or downloading."""
+
+
+def canonical(name: str) -> str:
+    """A distribution name normalised as PEP 503 does: lower case, runs of ``-_.`` as one ``-``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def distribution_candidates(name: str) -> frozenset[str]:
+    """The canonical names of the distributions that may provide import `name` (dotted), or that
+    provide the same import as distribution `name`: its own name normalised, the table's entries for
+    it and for its dotted prefixes, and the other distributions of the import a table entry names."""
+    parts = name.split(".")
+    out = {canonical(parts[0]), canonical(name)}
+    for end in range(len(parts), 0, -1):
+        out.update(canonical(d) for d in IMPORT_DISTRIBUTIONS.get(".".join(parts[:end]), ()))
+    own = canonical(name)
+    for distributions in IMPORT_DISTRIBUTIONS.values():
+        if own in {canonical(d) for d in distributions}:
+            out.update(canonical(d) for d in distributions)
+    return frozenset(out)
+
+
+def _plain(log: str) -> str:
+    """`log` with each JSON object line (an agent's event stream) replaced by its string values,
+    one per line, so installer output quoted inside events reads as it was printed."""
+    if '{"' not in log:
+        return log
+    lines = []
+    for line in log.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("{") and stripped.endswith("}"):
+            try:
+                lines += _strings(json.loads(stripped))
+                continue
+            except ValueError:
+                pass
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return []
+
+
+def _bare_url(url: str) -> str:
+    """A git URL without fragment, revision (pip's ``url@rev``), ``.git`` suffix or trailing slash."""
+    url = url.split("#", 1)[0]
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    if "@" in path:
+        path = path.rsplit("@", 1)[0]
+    return re.sub(r"(?:\.git)?/*$", "", scheme + sep + host + slash + path)
+
+
+def _repo_names(url: str, text: str) -> set[str]:
+    """The canonical names a failed git URL stands for: its repository's name, and the requirement
+    names the log gives that same URL (``name @ git+url``, ``git+url#egg=name``)."""
+    target = _bare_url(url)
+    names = {target.rsplit("/", 1)[-1]}
+    for match in _GIT_URL_NAME.finditer(text):
+        if _bare_url(match.group("url")) == target:
+            names.add(match.group("name") or match.group("egg") or "")
+    return {canonical(name) for name in names if name}
+
+
+def _download_failures(text: str) -> list[tuple[int, set[str], str]]:
+    """(position, canonical names, line) of every download failure in `text` that names its package."""
+    found = []
+    for match in _NOT_FOUND.finditer(text):
+        name = next(g for g in match.groups() if g)
+        found.append((match.start(), {canonical(name)}, _line_at(text, match.start())))
+    for match in _GIT_FATAL.finditer(text):
+        found.append((match.start(), _repo_names(match.group("url"), text), _line_at(text, match.start())))
+    for match in _CONDA_MISSING.finditer(text):
+        names = {canonical(n) for n in re.findall(rf"^\s+- ({_NAME})", match.group("list"), re.MULTILINE)}
+        found.append((match.start(), names, _line_at(text, match.start())))
+    for match in _NETWORK.finditer(text):
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        line_end = text.find("\n", match.start())
+        line = text[line_start:line_end if line_end >= 0 else len(text)]
+        names = {canonical(m.group("index") or m.group("file")) for m in _URL_NAMES.finditer(line)}
+        if not names:  # pip names the package on the line it started fetching it
+            window = text[max(0, line_start - 200 * CONTEXT_LINES):line_start].splitlines()[-CONTEXT_LINES:]
+            context = [m.group("name") or m.group("file") for m in _COLLECTING.finditer("\n".join(window))]
+            names = {canonical(context[-1])} if context else set()
+        if names:
+            found.append((match.start(), names, _clip(line, match.start() - line_start)))
+    return found
+
+
+def _recoveries(text: str) -> list[tuple[int, str]]:
+    """(position, canonical name) of every package the log shows installed or already present."""
+    out = []
+    for match in _RECOVERED.finditer(text):
+        if match.group("pip"):
+            out += [(match.start(), canonical(token.rsplit("-", 1)[0])) for token in match.group("pip").split()]
+        else:
+            out.append((match.start(), canonical(match.group("uv") or match.group("req"))))
+    return out
+
+
+def blamed_download(failure: str, agent_log: str) -> str | None:
+    """The line of `agent_log` that shows the download of the package named by `failure` (a probe's
+    `deps_missing` evidence) failing, or None.
+
+    The package is the module of "No module named 'x.y'" or "cannot import name 'z' from 'x.y'", or
+    the distribution of "The 'd' distribution was not found", "requires the d library", "d>=1 is
+    required for a normal functioning", "pip install d"; its candidates are `distribution_candidates`.
+    A failure counts when it names a candidate: pip's "No matching distribution found for X" /
+    "Could not find a version that satisfies the requirement X", uv's "Because X was not found in the
+    package registry" / "there are no versions of X" / "Failed to download `X`", a connection error
+    whose URL names X (`/simple/x/`, `x-1.0-...whl`) or, naming none, that follows pip's "Collecting
+    X" / "Downloading X..." within CONTEXT_LINES lines, a failed `git clone` of X (the repository's
+    name, or the requirement name given to that URL), conda's PackagesNotFoundError listing X. It
+    does not count when the log later shows a candidate installed ("Successfully installed x-1.0",
+    uv's "+ x==1.0", "Requirement already satisfied: x"). The last failure that counts is returned.
+    """
+    names = []
+    for match in _MISSING.finditer(failure):
+        names += [value for value in match.groupdict().values() if value]
+    wanted = frozenset().union(*(distribution_candidates(name) for name in names))
+    if not wanted:
+        return None
+    text = _plain(_tail(agent_log or ""))
+    recovered = [position for position, name in _recoveries(text) if name in wanted]
+    for position, failed, line in sorted(_download_failures(text), reverse=True):
+        if failed & wanted and not any(later > position for later in recovered):
+            return line
+    return None

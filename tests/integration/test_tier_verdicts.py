@@ -41,3 +41,26 @@ def test_unbuilt_cmake_extension_with_an_unguessable_name_is_native_extension(tm
     c1 = results(Path(cli_env["RESENV_DB"]))[("cmake-ext", "nobuild")]["C1"]
     assert c1[:2] == ("fail", "native_extension"), c1
     assert c1[2]["signature"] == "declared_extension_missing"
+
+
+@pytest.mark.slow
+def test_only_a_failed_download_of_the_missing_package_is_blamed(tmp_path, cli_env):
+    files = {"main.py": "import yaml_resenv_probe\n"}
+    bench = write_suite(
+        tmp_path,
+        {"needs-dep": {"files": files, "entrypoints": CPU_ENTRY, "not_applicable": CPU_ONLY}},
+        {"failed": agent("ERROR: No matching distribution found for yaml-resenv-probe==9.9"),
+         "other": agent("ERROR: No matching distribution found for einops"),
+         "recovered": agent("ERROR: No matching distribution found for yaml-resenv-probe==9.9",
+                            "Successfully installed yaml-resenv-probe-1.0")},
+        NO_GPU_HOST,
+    )
+    run = resenv("run", str(bench), "--agent", "failed", "--agent", "other", "--agent", "recovered",
+                 "--tiers", "C1", "--display", "none", env=cli_env, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr
+    found = results(Path(cli_env["RESENV_DB"]))
+    failed = found[("needs-dep", "failed")]["C1"]
+    assert failed[:2] == ("fail", "download_failed"), failed
+    assert failed[2]["root_cause_line"] == "ERROR: No matching distribution found for yaml-resenv-probe==9.9"
+    assert found[("needs-dep", "other")]["C1"][:2] == ("fail", "deps_missing")
+    assert found[("needs-dep", "recovered")]["C1"][:2] == ("fail", "deps_missing")
