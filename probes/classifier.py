@@ -74,6 +74,22 @@ Rule order (first match wins) and why
   a timeout) is, on these machines, the kernel's or the cgroup's OOM killer (`oom`).
 - `infra` (the engine's own failures), `missing_report` and `invalid_report` (the C5 audit's
   findings) are set by their callers and never inferred from text.
+
+The agent's log as root cause
+-----------------------------
+The entrypoint tiers (C1/C3/C4) turn a `deps_missing` into `download_failed` only when
+`blamed_download` finds, in the agent's own log, that the very package the probe's evidence line
+misses failed to download: that package (the module of "No module named" / "cannot import name ...
+from", or the distribution that pkg_resources, transformers' checks or a "pip install d" hint name)
+is mapped to candidate distributions (its name normalised per PEP 503, plus `IMPORT_DISTRIBUTIONS`
+for imports such as cv2, yaml, sklearn, PIL, read in both directions), and a failure counts only when
+it names a candidate (pip's "No matching distribution found for X" / "Could not find a version that
+satisfies the requirement X", uv's "X was not found in the package registry" / "no versions of X" /
+"Failed to download `X`", a connection error whose URL names X or that follows pip's "Collecting
+X" / "Downloading X-..." closely, a failed `git clone` of X, conda's PackagesNotFoundError listing X)
+and no later line shows a candidate installed ("Successfully installed", uv's "+ x==", "Requirement
+already satisfied"). Agent event streams (JSON lines) are read by their string values. A download
+error for another package, or one the agent recovered from, leaves `deps_missing` as it is.
 """
 
 from __future__ import annotations
