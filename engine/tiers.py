@@ -9,20 +9,23 @@ with its reason; a tier the host has too few GPUs for is `skip`/`insufficient_ha
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import secrets
 import socket
+import subprocess
 import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..probes import buildinfo
 from ..probes.audit import NO_FRAMEWORK, Observations, audit
 from ..probes.c0 import run_c0
 from ..probes.census import Census, files_at_commit, import_census
-from ..probes.classifier import classify
+from ..probes.classifier import blamed_download, classify
 from ..probes.integrity import TAMPERED, Integrity, import_dirs
 from ..probes.outcome import BAD_INTERPRETER, interpreter_problem, uncaught_exception
 from ..probes.kit import SCRIPTS, script_source
@@ -218,7 +221,7 @@ class TierRunner:
         commands = [spec.command for spec in self.repo.tiers().values() if not isinstance(spec, str)]
         return await secure(
             self.attempt, pristine=pristine, manifest=await self.attempt.ctx.pristines.manifest(pristine),
-            census=await self.census(), compiled=(), import_dirs=import_dirs(commands), python=python,
+            census=await self.census(), compiled=self._compiled_modules, import_dirs=import_dirs(commands), python=python,
             timeout=self.bench.defaults.tier_timeouts.C2)
 
     async def census(self) -> Census:
@@ -390,7 +393,8 @@ class TierRunner:
         judged = self._judge_exec(tier, argv, result, gpus)
         if judged.status == "pass" and (died := uncaught_exception(tail_text(result.stderr_path))):
             # exit status 0 after a fatal traceback: the exit status was overridden, the run failed
-            verdict = classify(tail_text(result.stderr_path), returncode=1, tier=tier)
+            verdict = classify(tail_text(result.stderr_path), returncode=1, tier=tier,
+                               compiled_modules=self._compiled_modules)
             judged = TierResult(tier, "fail", verdict.category, judged.evidence | {
                 "reason": "exited 0, but its output ends in an uncaught exception",
                 "uncaught_exception": died, "signature": verdict.signature, "evidence_line": verdict.evidence})
@@ -444,20 +448,36 @@ class TierRunner:
         if result.ok:
             return TierResult(tier, "pass", None, evidence)
         output = tail_text(result.stdout_path, result.stderr_path)
-        verdict = classify(output, returncode=result.returncode, timed_out=result.timed_out, tier=tier)
+        verdict = classify(output, returncode=result.returncode, timed_out=result.timed_out, tier=tier,
+                           compiled_modules=self._compiled_modules)
         evidence |= {"signature": verdict.signature, "evidence_line": verdict.evidence}
         category = verdict.category
-        if category == "deps_missing" and (cause := self._agent_download_failure()) is not None:
-            # The module is missing because the agent could not download it: that is the root cause.
+        if category == "deps_missing" and (cause := self._agent_download_failure(verdict.evidence)) is not None:
+            # The package is missing because the agent could not download it: that is the root cause.
             category = "download_failed"
             evidence |= {"root_cause": "agent log", "root_cause_line": cause}
         return TierResult(tier, "fail", category, evidence)
 
-    def _agent_download_failure(self) -> str | None:
-        """The agent log's download failure, if it had one (a registry outage, no network)."""
+    @functools.cached_property
+    def _compiled_modules(self) -> frozenset[str]:
+        """The compiled modules the repo declares at its pinned commit (read once per job, from the
+        pristine copy: the agent's edits to its checkout never count). None are known when the
+        pinned commit cannot be read; the classifier then decides by its signatures alone."""
+        pristine = self.attempt.pristine
+        if pristine is None:
+            return frozenset()
+        try:
+            files = files_at_commit(pristine.path, pristine.commit, select=buildinfo.wanted)
+        except (RuntimeError, OSError, subprocess.SubprocessError):
+            return frozenset()
+        return buildinfo.module_names(files)
+
+    def _agent_download_failure(self, failure: str) -> str | None:
+        """The agent log's line showing that the package the probe's `failure` line misses could not
+        be downloaded (and was not installed after all), if there is one: only that download failure
+        explains this failure; one for another package, or one the agent recovered from, does not."""
         logs = self.attempt.base / "logs"
-        verdict = classify(tail_text(logs / "agent.stdout", logs / "agent.stderr"), returncode=1)
-        return verdict.evidence if verdict.category == "download_failed" else None
+        return blamed_download(failure, tail_text(logs / "agent.stdout", logs / "agent.stderr"))
 
     # -- C2: CUDA alignment -----------------------------------------------------------------
     async def _tier_c2(self) -> TierResult:

@@ -44,10 +44,12 @@ import os
 import subprocess
 import sys
 import tokenize
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+from . import buildinfo
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
 PACKAGING_FILES = frozenset({"pyproject.toml", "setup.cfg", "setup.py"})
@@ -153,15 +155,24 @@ class RepoFiles(dict[str, bytes]):
 
 
 def _wanted(path: str) -> bool:
+    """A file the census reads: Python source or a packaging file."""
     return path.endswith(".py") or path.rsplit("/", 1)[-1] in PACKAGING_FILES
+
+
+def _read(path: str) -> bool:
+    """What the readers below return by default: the census's files and the build files that
+    :mod:`probes.buildinfo` reads for declared compiled modules (the census ignores the latter)."""
+    return _wanted(path) or buildinfo.wanted(path)
 
 
 # ---------------------------------------------------------------------------------------------------
 # Reading files
 
 
-def files_at_commit(git_dir: Path, commit: str, *, max_bytes: int = MAX_FILE_BYTES) -> RepoFiles:
-    """The ``.py`` and packaging files of `commit` in the (bare) repository `git_dir`.
+def files_at_commit(git_dir: Path, commit: str, *, max_bytes: int = MAX_FILE_BYTES,
+                    select: Callable[[str], bool] = _read) -> RepoFiles:
+    """The ``.py``, packaging and build files of `commit` in the (bare) repository `git_dir`, or only
+    the paths `select` accepts (``buildinfo.wanted`` reads just what the build reader needs).
 
     Reads with ``git ls-tree -r -z -l`` and one ``git cat-file --batch``; never writes to the
     repository. Blobs over `max_bytes` are not read and are listed in ``skipped``; symlinks and
@@ -192,7 +203,7 @@ def files_at_commit(git_dir: Path, commit: str, *, max_bytes: int = MAX_FILE_BYT
             if path.endswith(".py"):
                 skipped.append(path)
             continue
-        if kind != b"blob" or mode == b"120000" or not _wanted(path):
+        if kind != b"blob" or mode == b"120000" or not select(path):
             continue
         if size.isdigit() and int(size) > max_bytes:
             skipped.append(path)
@@ -223,7 +234,7 @@ def files_at_commit(git_dir: Path, commit: str, *, max_bytes: int = MAX_FILE_BYT
     return files
 
 
-def files_in_dir(root: Path, *, max_bytes: int = MAX_FILE_BYTES) -> RepoFiles:
+def files_in_dir(root: Path, *, max_bytes: int = MAX_FILE_BYTES, select: Callable[[str], bool] = _read) -> RepoFiles:
     """The same selection from a plain directory tree (bundled repos, tests).
 
     Skips VCS and cache directories and any virtual environment (a directory with ``pyvenv.cfg``
@@ -243,10 +254,10 @@ def files_in_dir(root: Path, *, max_bytes: int = MAX_FILE_BYTES) -> RepoFiles:
         dirnames[:] = sorted(keep)
         rel_dir = os.path.relpath(dirpath, root)
         for name in filenames:
-            if not _wanted(name):
+            rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
+            if not select(rel):
                 continue
             full = os.path.join(dirpath, name)
-            rel = name if rel_dir == "." else f"{rel_dir}/{name}".replace(os.sep, "/")
             try:
                 if os.path.islink(full) or not os.path.isfile(full):
                     continue
@@ -490,7 +501,7 @@ def import_census(files: Mapping[str, bytes], *, skipped: Iterable[str] = (),
     """The census of `files` ({relative posix path: content}; non-``.py`` files other than the
     packaging files are ignored). `skipped` (and ``files.skipped`` of a :class:`RepoFiles`) are
     paths already left out by the reader, recorded as such."""
-    skipped_all = set(skipped) | set(getattr(files, "skipped", ()) or ())
+    skipped_all = {p for p in set(skipped) | set(getattr(files, "skipped", ()) or ()) if _wanted(p)}
     paths = sorted(str(PurePosixPath(p)) for p in files if _wanted(str(PurePosixPath(p))))
     normalized = {str(PurePosixPath(p)): p for p in files}
     packaging = {p: files[normalized[p]] for p in paths if p.rsplit("/", 1)[-1] in ("pyproject.toml", "setup.cfg")}

@@ -1,7 +1,8 @@
 """The failure classifier: one set of ordered signatures over a tier's output decides its category.
 
 Every failing tier (C1-C4 entrypoint runs, the C2 framework probe, ...) hands the tail of its output,
-its exit code and whether it hit its timeout to `classify`, which returns a `Classification`:
+its exit code, whether it hit its timeout and (for entrypoint runs) the compiled modules the repo
+declares to `classify`, which returns a `Classification`:
 the category (one of `CATEGORIES`), the name of the signature that matched (or "default"), and the
 line that proves it (at most 300 characters).
 
@@ -44,10 +45,19 @@ Rule order (first match wins) and why
   GPU exists: the agent picked the wrong build, so `cuda_mismatch` - except on tier C1, where GPUs
   are hidden on purpose and the entrypoint asking for CUDA at all is the failure: `no_gpu`.
   (`libcuda.so.1` missing is the driver itself: `no_gpu`.)
-- `native_extension` before `deps_missing`: `No module named 'pkg._C'` / `'pkg._ext'` / `'xxx_cuda'`
-  means the package is installed but its compiled part is not; undefined symbols, missing shared
-  objects, DLL load failures, GLIBCXX versions, NumPy 1.x/2.x ABI breaks and failed C/C++/CUDA
-  builds ("Failed building wheel", "fatal error: x.h: No such file", "CUDA_HOME ... not set").
+- `native_extension` before `deps_missing`. First on facts: the caller passes the modules the repo
+  declares as compiled at its pinned commit (`compiled_modules`, read by `probes.buildinfo`), and a
+  failing import of one of them, whatever it is named, is an unbuilt or broken extension: "No module
+  named 'x.y'" where x.y is declared, or "cannot import name 'z' from 'x.y'" where x.y.z (the compiled
+  module imported from its package) or x.y itself (a name missing from a stale build) is declared;
+  a failing module matches a declared name by its whole dotted name or by its last component (a
+  CMake or meson target is often declared by its own name only). Then by signature, for compiled
+  parts of dependencies that no file of the repo declares: `No module named 'pkg._C'` / `'pkg._ext'`
+  / `'xxx_cuda'` (the package is installed but its compiled part is not) and the standard library's
+  own compiled modules (`_ctypes`, `_lzma`, ...); undefined symbols, an extension without its
+  `PyInit_` function, missing shared objects, DLL load failures, GLIBCXX versions, NumPy 1.x/2.x ABI
+  breaks and failed C/C++/CUDA builds ("Failed building wheel", "fatal error: x.h: No such file",
+  "CUDA_HOME ... not set").
 - `download_failed` before `entrypoint_not_found` and `deps_missing`: pip's "Could not find a version
   that satisfies" / "No matching distribution found" is a download failure (the index did not
   have it or could not be reached), as are connection errors, DNS failures, HTTP errors and the
@@ -64,12 +74,32 @@ Rule order (first match wins) and why
   a timeout) is, on these machines, the kernel's or the cgroup's OOM killer (`oom`).
 - `infra` (the engine's own failures), `missing_report` and `invalid_report` (the C5 audit's
   findings) are set by their callers and never inferred from text.
+
+The agent's log as root cause
+-----------------------------
+The entrypoint tiers (C1/C3/C4) turn a `deps_missing` into `download_failed` only when
+`blamed_download` finds, in the agent's own log, that the very package the probe's evidence line
+misses failed to download: that package (the module of "No module named" / "cannot import name ...
+from", or the distribution that pkg_resources, transformers' checks or a "pip install d" hint name)
+is mapped to candidate distributions (its name normalised per PEP 503, plus `IMPORT_DISTRIBUTIONS`
+for imports such as cv2, yaml, sklearn, PIL, read in both directions), and a failure counts only when
+it names a candidate (pip's "No matching distribution found for X" / "Could not find a version that
+satisfies the requirement X", uv's "X was not found in the package registry" / "no versions of X" /
+"Failed to download `X`", a connection error whose URL names X or that follows pip's "Collecting
+X" / "Downloading X-..." closely, a failed `git clone` of X, conda's PackagesNotFoundError listing X)
+and no later line shows a candidate installed ("Successfully installed", uv's "+ x==", "Requirement
+already satisfied"). Agent event streams (JSON lines) are read by their string values. A download
+error for another package, or one the agent recovered from, leaves `deps_missing` as it is.
 """
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
+
+from .buildinfo import declared_match
 
 CATEGORIES = (
     "deps_missing", "native_extension", "cuda_mismatch", "no_gpu", "oom", "nccl", "timeout",
@@ -97,7 +127,9 @@ class Rule:
     """One named signature. It applies when the exit code is one of `returncodes` (if given) and
     the tier one of `tiers` (if given), and it matches when its pattern does (a rule without a
     pattern matches on the exit code alone). `hints` are literal strings of which every match
-    contains at least one: a text holding none of them is skipped without running the regex."""
+    contains at least one: a text holding none of them is skipped without running the regex.
+    A `declared` rule's pattern names a failing import (groups `module`, or `name` and `package`), and
+    a match counts only where that import is a compiled module the repo declares."""
 
     name: str
     category: str
@@ -105,6 +137,7 @@ class Rule:
     hints: tuple[str, ...] = ()
     returncodes: frozenset[int] | None = None
     tiers: frozenset[str] | None = None
+    declared: bool = False
 
     def applies_to(self, returncode: int | None, tier: str | None) -> bool:
         if self.returncodes is not None and returncode not in self.returncodes:
@@ -118,11 +151,12 @@ class Rule:
 
 
 def _rule(name: str, category: str, *patterns: str, hints: tuple[str, ...] = (),
-          returncodes: tuple[int, ...] | None = None, tiers: tuple[str, ...] | None = None) -> Rule:
+          returncodes: tuple[int, ...] | None = None, tiers: tuple[str, ...] | None = None,
+          declared: bool = False) -> Rule:
     pattern = re.compile("|".join(f"(?:{p})" for p in patterns), re.MULTILINE) if patterns else None
     return Rule(name, category, pattern, hints,
                 frozenset(returncodes) if returncodes is not None else None,
-                frozenset(tiers) if tiers is not None else None)
+                frozenset(tiers) if tiers is not None else None, declared)
 
 
 # A line that ends in an exception class name, optionally with a message: `torch.OutOfMemoryError: ...`.
@@ -197,7 +231,11 @@ RULES: tuple[Rule, ...] = (
     _rule("torch_cpu_build", "cuda_mismatch", r"Torch not compiled with CUDA enabled",
           hints=("Torch not compiled with CUDA",)),
     # --- native_extension ------------------------------------------------------------------
-    _rule("undefined_symbol", "native_extension", r"undefined symbol: \S+", hints=("undefined symbol",)),
+    _rule("declared_extension_missing", "native_extension",
+          r"No module named '(?P<module>[\w.]+)'", r"cannot import name '(?P<name>\w+)' from '(?P<package>[\w.]+)'",
+          hints=("No module named '", "cannot import name '"), declared=True),
+    _rule("undefined_symbol", "native_extension", r"undefined symbol: \S+",
+          r"dynamic module does not define module export function", hints=("undefined symbol", "dynamic module")),
     _rule("shared_object_missing", "native_extension",
           r"cannot open shared object file", r"DLL load failed", r"version `GLIBC(?:XX)?_[\d.]+' not found",
           r"wrong ELF class", r"invalid ELF header", r"(?:ImportError|OSError): \S+\.(?:so|pyd|dll)(?:\.[\d.]+)?\b",
@@ -359,35 +397,254 @@ def _block_end(text: str, start: int) -> int:
     return end if end >= 0 else len(text)
 
 
-def _last_match(pattern: re.Pattern[str], text: str) -> int | None:
-    """Where the last match of `pattern` in `text` starts, or None."""
+def _is_declared(match: re.Match[str], compiled: Collection[str]) -> bool:
+    """Whether the import a `declared` rule's match names is a declared compiled module: the module
+    of "No module named 'x.y'", or for "cannot import name 'z' from 'x.y'" either x.y.z (importing the
+    compiled module from its package) or x.y itself (a name missing from a stale build)."""
+    groups = match.groupdict()
+    if groups.get("module"):
+        candidates: tuple[str, ...] = (groups["module"],)
+    elif groups.get("package") and groups.get("name"):
+        candidates = (f"{groups['package']}.{groups['name']}", groups["package"])
+    else:
+        return False
+    return any(declared_match(candidate, compiled) for candidate in candidates)
+
+
+def _find(rule: Rule, text: str, compiled: Collection[str], *, last: bool) -> int | None:
+    """Where the first (or the last) counting match of `rule` in `text` starts, or None."""
+    assert rule.pattern is not None
+    if not rule.may_match(text):
+        return None
     position = None
-    for match in pattern.finditer(text):
+    for match in rule.pattern.finditer(text):
+        if rule.declared and not _is_declared(match, compiled):
+            continue
         position = match.start()
+        if not last:
+            break
     return position
 
 
 def classify(output: str, *, returncode: int | None, timed_out: bool = False,
-             tier: str | None = None) -> Classification:
+             tier: str | None = None, compiled_modules: Collection[str] = ()) -> Classification:
     """The failure category of a tier's `output` (stdout and stderr tails), given its exit code,
-    whether it hit its timeout, and which tier it was ("C1".."C4"; it matters for C1)."""
+    whether it hit its timeout, and which tier it was ("C1".."C4"; it matters for C1).
+
+    `compiled_modules` are the modules the repo declares as compiled at its pinned commit
+    (`probes.buildinfo.module_names`): a failing import of one of them is `native_extension`,
+    whatever its name. Without them only the name-independent signatures decide."""
     text = _tail(output or "")
     span = _final_exception(text)
     if timed_out:
         evidence = _clip(text[span[0]:span[1]]) if span else _last_line(text)
         return Classification("timeout", "timed_out", evidence or "timed out")
-    rules = [rule for rule in RULES if rule.applies_to(returncode, tier)]
+    compiled = frozenset(compiled_modules)
+    rules = [rule for rule in RULES if rule.applies_to(returncode, tier) and (compiled or not rule.declared)]
     if span:
         start, end = span[0], _block_end(text, span[0])
         block = text[start:end]
         for rule in rules:
-            if rule.pattern is not None and rule.may_match(block) and (match := rule.pattern.search(block)):
-                return Classification(rule.category, rule.name, _line_at(block, match.start()))
+            if rule.pattern is not None and (position := _find(rule, block, compiled, last=False)) is not None:
+                return Classification(rule.category, rule.name, _line_at(block, position))
     for rule in rules:
         if rule.pattern is None:
             evidence = _clip(text[span[0]:span[1]]) if span else _last_line(text)
             return Classification(rule.category, rule.name, evidence or f"exit code {returncode}")
-        if rule.may_match(text) and (position := _last_match(rule.pattern, text)) is not None:
+        if (position := _find(rule, text, compiled, last=True)) is not None:
             return Classification(rule.category, rule.name, _line_at(text, position))
     evidence = _clip(text[span[0]:span[1]]) if span else _last_line(text)
     return Classification("runtime", "default", evidence or f"exit code {returncode}")
+
+
+# --- which download failure is to blame -------------------------------------------------------------
+#
+# A probe's `deps_missing` becomes `download_failed` only when the agent's own log shows that the very
+# package the probe misses could not be downloaded: a download error for another package, or one the
+# agent recovered from by installing the package after all, explains nothing about this failure.
+
+IMPORT_DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
+    "cv2": ("opencv-python", "opencv-python-headless", "opencv-contrib-python", "opencv-contrib-python-headless"),
+    "yaml": ("PyYAML",), "sklearn": ("scikit-learn",), "skimage": ("scikit-image",), "PIL": ("Pillow", "pillow-simd"),
+    "bs4": ("beautifulsoup4",), "attr": ("attrs",), "dateutil": ("python-dateutil",), "google.protobuf": ("protobuf",),
+    "Crypto": ("pycryptodome", "pycrypto"), "jwt": ("PyJWT",), "serial": ("pyserial",), "zmq": ("pyzmq",),
+    "fitz": ("PyMuPDF",), "docx": ("python-docx",), "dotenv": ("python-dotenv",), "magic": ("python-magic",),
+    "git": ("GitPython",), "OpenGL": ("PyOpenGL",), "Bio": ("biopython",), "hydra": ("hydra-core",),
+    "absl": ("absl-py",), "pkg_resources": ("setuptools",), "mpl_toolkits": ("matplotlib",),
+    "faiss": ("faiss-cpu", "faiss-gpu"), "Levenshtein": ("python-Levenshtein", "levenshtein"), "tree": ("dm-tree",),
+    "haiku": ("dm-haiku",), "mmcv": ("mmcv", "mmcv-full"), "grpc": ("grpcio",), "OpenSSL": ("pyOpenSSL",),
+    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"), "websocket": ("websocket-client",),
+    "osgeo": ("GDAL",), "psycopg2": ("psycopg2", "psycopg2-binary"),
+}
+"""Well-known imports whose distribution has another name (an import's own name, normalised, is always
+a candidate too); read in both directions."""
+
+_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_MISSING = re.compile(
+    rf"No module named '(?P<module>[\w.]+)'|cannot import name '\w+' from '(?P<package>[\w.]+)'"
+    rf"|The '(?P<dist>{_NAME})[^'\n]*' distribution was not found|DistributionNotFound: (?!The ')(?P<old>{_NAME})"
+    rf"|requires the (?P<library>{_NAME}) library but it was not found"
+    rf"|(?P<pinned>{_NAME})[<>=!~][^\s]* is required for a normal functioning"
+    rf"|pip install (?P<install>{_NAME})"
+)
+_NOT_FOUND = re.compile(
+    rf"No matching distribution found for (?P<req>{_NAME})"
+    rf"|Could not find a version that satisfies the requirement (?P<req2>{_NAME})"
+    rf"|Because (?P<uv>{_NAME})\S* was not found in the (?:package registry|provided package locations)"
+    rf"|Because there (?:is|are) no versions? of (?P<uv2>{_NAME})"
+    rf"|Failed to download [`'\"](?P<uv3>{_NAME})"
+)
+_NETWORK = re.compile(
+    r"Failed to establish a new connection|Connection refused|Temporary failure in name resolution"
+    r"|Name or service not known|Could not resolve host|Max retries exceeded|Read timed out|ReadTimeoutError"
+    r"|ConnectTimeoutError|Connection reset|Network is unreachable|No route to host|connection broken by"
+    r"|HTTP error \d+ while getting|Could not fetch URL|error sending request|Failed to fetch|SSLError|ProxyError"
+    r"|IncompleteRead|ChunkedEncodingError|ConnectionError"
+)
+_GIT_FATAL = re.compile(r"fatal: (?:unable to access|repository|could not read \w+ for) '(?P<url>[^'\n]+)'")
+_GIT_URL_NAME = re.compile(rf"(?:(?P<name>{_NAME}) ?@ ?)?git\+(?P<url>[^\s#'\"`]+)(?:#(?:\S*&)?egg=(?P<egg>{_NAME}))?")
+_URL_NAMES = re.compile(rf"/simple/(?P<index>{_NAME})/|/(?P<file>[A-Za-z0-9][\w.]*?)-\d[^/\s'\"`]*?"
+                        rf"\.(?:whl|tar\.gz|tar\.bz2|zip)\b")
+_COLLECTING = re.compile(rf"^\s*Collecting (?P<name>{_NAME})|^\s*Downloading (?:\S*/)?(?P<file>[A-Za-z0-9][\w.]*?)-\d",
+                         re.MULTILINE)
+_CONDA_MISSING = re.compile(r"PackagesNotFoundError[^\n]*\n(?P<list>(?:\s*\n|\s+- [^\n]*\n?)+)")
+_RECOVERED = re.compile(
+    r"Successfully installed (?P<pip>[^\n]+)|^\s*\+ (?P<uv>" + _NAME + r")==|Requirement already satisfied: (?P<req>"
+    + _NAME + r")", re.MULTILINE)
+CONTEXT_LINES = 40
+"""How far back an unnamed network error looks for the package pip was collecting or downloading."""
+
+
+def canonical(name: str) -> str:
+    """A distribution name normalised as PEP 503 does: lower case, runs of ``-_.`` as one ``-``."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def distribution_candidates(name: str) -> frozenset[str]:
+    """The canonical names of the distributions that may provide import `name` (dotted), or that
+    provide the same import as distribution `name`: its own name normalised, the table's entries for
+    it and for its dotted prefixes, and the other distributions of the import a table entry names."""
+    parts = name.split(".")
+    out = {canonical(parts[0]), canonical(name)}
+    for end in range(len(parts), 0, -1):
+        out.update(canonical(d) for d in IMPORT_DISTRIBUTIONS.get(".".join(parts[:end]), ()))
+    own = canonical(name)
+    for distributions in IMPORT_DISTRIBUTIONS.values():
+        if own in {canonical(d) for d in distributions}:
+            out.update(canonical(d) for d in distributions)
+    return frozenset(out)
+
+
+def _plain(log: str) -> str:
+    """`log` with each JSON object line (an agent's event stream) replaced by its string values,
+    one per line, so installer output quoted inside events reads as it was printed."""
+    if '{"' not in log:
+        return log
+    lines = []
+    for line in log.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("{") and stripped.endswith("}"):
+            try:
+                lines += _strings(json.loads(stripped))
+                continue
+            except ValueError:
+                pass
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return []
+
+
+def _bare_url(url: str) -> str:
+    """A git URL without fragment, revision (pip's ``url@rev``), ``.git`` suffix or trailing slash."""
+    url = url.split("#", 1)[0]
+    scheme, sep, rest = url.partition("://")
+    host, slash, path = rest.partition("/")
+    if "@" in path:
+        path = path.rsplit("@", 1)[0]
+    return re.sub(r"(?:\.git)?/*$", "", scheme + sep + host + slash + path)
+
+
+def _repo_names(url: str, text: str) -> set[str]:
+    """The canonical names a failed git URL stands for: its repository's name, and the requirement
+    names the log gives that same URL (``name @ git+url``, ``git+url#egg=name``)."""
+    target = _bare_url(url)
+    names = {target.rsplit("/", 1)[-1]}
+    for match in _GIT_URL_NAME.finditer(text):
+        if _bare_url(match.group("url")) == target:
+            names.add(match.group("name") or match.group("egg") or "")
+    return {canonical(name) for name in names if name}
+
+
+def _download_failures(text: str) -> list[tuple[int, set[str], str]]:
+    """(position, canonical names, line) of every download failure in `text` that names its package."""
+    found = []
+    for match in _NOT_FOUND.finditer(text):
+        name = next(g for g in match.groups() if g)
+        found.append((match.start(), {canonical(name)}, _line_at(text, match.start())))
+    for match in _GIT_FATAL.finditer(text):
+        found.append((match.start(), _repo_names(match.group("url"), text), _line_at(text, match.start())))
+    for match in _CONDA_MISSING.finditer(text):
+        names = {canonical(n) for n in re.findall(rf"^\s+- ({_NAME})", match.group("list"), re.MULTILINE)}
+        found.append((match.start(), names, _line_at(text, match.start())))
+    for match in _NETWORK.finditer(text):
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        line_end = text.find("\n", match.start())
+        line = text[line_start:line_end if line_end >= 0 else len(text)]
+        names = {canonical(m.group("index") or m.group("file")) for m in _URL_NAMES.finditer(line)}
+        if not names:  # pip names the package on the line it started fetching it
+            window = text[max(0, line_start - 200 * CONTEXT_LINES):line_start].splitlines()[-CONTEXT_LINES:]
+            context = [m.group("name") or m.group("file") for m in _COLLECTING.finditer("\n".join(window))]
+            names = {canonical(context[-1])} if context else set()
+        if names:
+            found.append((match.start(), names, _clip(line, match.start() - line_start)))
+    return found
+
+
+def _recoveries(text: str) -> list[tuple[int, str]]:
+    """(position, canonical name) of every package the log shows installed or already present."""
+    out = []
+    for match in _RECOVERED.finditer(text):
+        if match.group("pip"):
+            out += [(match.start(), canonical(token.rsplit("-", 1)[0])) for token in match.group("pip").split()]
+        else:
+            out.append((match.start(), canonical(match.group("uv") or match.group("req"))))
+    return out
+
+
+def blamed_download(failure: str, agent_log: str) -> str | None:
+    """The line of `agent_log` that shows the download of the package named by `failure` (a probe's
+    `deps_missing` evidence) failing, or None.
+
+    The package is the module of "No module named 'x.y'" or "cannot import name 'z' from 'x.y'", or
+    the distribution of "The 'd' distribution was not found", "requires the d library", "d>=1 is
+    required for a normal functioning", "pip install d"; its candidates are `distribution_candidates`.
+    A failure counts when it names a candidate: pip's "No matching distribution found for X" /
+    "Could not find a version that satisfies the requirement X", uv's "Because X was not found in the
+    package registry" / "there are no versions of X" / "Failed to download `X`", a connection error
+    whose URL names X (`/simple/x/`, `x-1.0-...whl`) or, naming none, that follows pip's "Collecting
+    X" / "Downloading X..." within CONTEXT_LINES lines, a failed `git clone` of X (the repository's
+    name, or the requirement name given to that URL), conda's PackagesNotFoundError listing X. It
+    does not count when the log later shows a candidate installed ("Successfully installed x-1.0",
+    uv's "+ x==1.0", "Requirement already satisfied: x"). The last failure that counts is returned.
+    """
+    names = []
+    for match in _MISSING.finditer(failure):
+        names += [value for value in match.groupdict().values() if value]
+    wanted = frozenset().union(*(distribution_candidates(name) for name in names))
+    if not wanted:
+        return None
+    text = _plain(_tail(agent_log or ""))
+    recovered = [position for position, name in _recoveries(text) if name in wanted]
+    for position, failed, line in sorted(_download_failures(text), reverse=True):
+        if failed & wanted and not any(later > position for later in recovered):
+            return line
+    return None

@@ -2,8 +2,10 @@
 """resenv's built-in baseline agent: deterministic, rule-based, no LLM, and honest.
 
 ONE stdlib-only script (Python >= 3.11, for tomllib) that builds a Python environment for a repo
-and reports only what it measured. The `baseline` adapter (`baseline.py` beside this file) runs it
-inside the job's sandbox, so the sandbox's timeout, pause and kill reach it and every child::
+and reports only what it measured; the one module it loads is resenv's build-configuration reader
+(``probes/buildinfo.py``, also stdlib-only), staged beside it as ``resenv_buildinfo.py``. The
+`baseline` adapter (`baseline.py` beside this file) runs it inside the job's sandbox, so the
+sandbox's timeout, pause and kill reach it and every child::
 
     python baseline_agent.py --repo REPO --env ENV --report REPORT [--python BASE]
                              [--offline] [--installer auto|uv|pip] [--budget-s SECONDS] [--uv PATH]
@@ -18,8 +20,9 @@ Steps
    ignored; ``pyproject.toml`` (PEP 621 ``dependencies`` and the ``optional-dependencies`` groups
    whose packages the code imports; Poetry ``[tool.poetry.dependencies]`` (caret/tilde ranges
    converted), its non-optional groups, and its extras by the same import rule); ``setup.py``
-   (``install_requires`` / ``extras_require`` / ``ext_modules`` literals read with :mod:`ast`, simple
-   module-level constants followed, ``open("requirements.txt")`` idioms read as that file);
+   (``install_requires`` / ``extras_require`` literals read with :mod:`ast`, simple module-level
+   constants followed, ``open("requirements.txt")`` idioms read as that file; its extension modules
+   as resenv's build reader declares them, the same names the classifier judges by);
    ``setup.cfg``; ``environment.yml`` (its ``pip:`` section only: conda package names are not pip
    names; a small YAML subset is read, block lists only); ``.python-version``.
 2. **Environment**: ``{env}`` is created with ``uv venv`` (installer uv) or ``python -m venv``
@@ -84,6 +87,33 @@ try:
     import tomllib
 except ImportError:  # pragma: no cover - Python < 3.11: pyproject.toml is then skipped, said so
     tomllib = None  # type: ignore[assignment]
+
+BUILDINFO_STAGED = "resenv_buildinfo.py"
+"""The name under which resenv's build reader (probes/buildinfo.py) is staged beside this script."""
+
+
+def _load_buildinfo() -> Any:
+    """resenv's build-configuration reader, shared with the judges so that the extensions the
+    baseline builds are the ones the classifier calls declared. Imported as part of resenv when this
+    file is (the engine, tests); run as a script, it is loaded from beside the script (where the
+    adapter stages it) or from resenv's own source tree."""
+    if __package__:
+        from ...probes import buildinfo
+        return buildinfo
+    import importlib.util
+    here = Path(__file__).resolve().parent
+    for candidate in (here / BUILDINFO_STAGED, here.parent.parent / "probes" / "buildinfo.py"):
+        if candidate.is_file():
+            spec = importlib.util.spec_from_file_location("resenv_buildinfo", candidate)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # dataclasses look their module up while it executes
+            spec.loader.exec_module(module)
+            return module
+    raise ImportError(f"{BUILDINFO_STAGED} is not beside {Path(__file__).name}: stage both files")
+
+
+buildinfo = _load_buildinfo()
 
 # --------------------------------------------------------------------------------------------------
 # constants
@@ -459,30 +489,17 @@ def read_pyproject(path: Path) -> dict[str, Any]:
 
 
 class _SetupReader(ast.NodeVisitor):
-    """Finds the ``setup(...)`` call and the extension modules of a setup.py, literals only."""
+    """Finds the ``setup(...)`` call of a setup.py (its extension modules are resenv's build
+    reader's business: ``buildinfo.setup_py_modules``)."""
 
-    EXTENSION_CALLS = {"Extension", "CUDAExtension", "CppExtension", "Pybind11Extension", "Cython"}
-
-    def __init__(self, constants: dict[str, ast.AST]) -> None:
-        self.constants = constants
+    def __init__(self) -> None:
         self.setup_call: ast.Call | None = None
-        self.extensions: list[str] = []
-        self.has_ext_modules = False
 
     def visit_Call(self, node: ast.Call) -> None:
         name = node.func.id if isinstance(node.func, ast.Name) else (
             node.func.attr if isinstance(node.func, ast.Attribute) else None)
         if name == "setup" and self.setup_call is None:
             self.setup_call = node
-        if name in self.EXTENSION_CALLS:
-            target = None
-            if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
-                target = node.args[0].value
-            for kw in node.keywords:
-                if kw.arg == "name" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str):
-                    target = kw.value.value
-            if target:
-                self.extensions.append(target)
         self.generic_visit(node)
 
 
@@ -520,7 +537,8 @@ def read_setup_py(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"name": None, "install_requires": [], "extras_require": {}, "extensions": [],
                            "has_ext_modules": False, "python_requires": None, "error": None}
     try:
-        tree = ast.parse(path.read_bytes(), filename=str(path))
+        source = path.read_bytes()
+        tree = ast.parse(source, filename=str(path))
     except (SyntaxError, ValueError, OSError) as exc:
         out["error"] = f"setup.py unparsable: {exc}"
         return out
@@ -530,9 +548,9 @@ def read_setup_py(path: Path) -> dict[str, Any]:
             constants[stmt.targets[0].id] = stmt.value
         elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and stmt.value is not None:
             constants[stmt.target.id] = stmt.value
-    reader = _SetupReader(constants)
+    reader = _SetupReader()
     reader.visit(tree)
-    out["extensions"] = sorted(set(reader.extensions))
+    out["extensions"] = sorted({module.name for module in buildinfo.setup_py_modules(source, path=path.name)})
     call = reader.setup_call
     if call is None:
         out["error"] = "setup.py: no setup() call found"

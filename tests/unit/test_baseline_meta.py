@@ -207,6 +207,20 @@ def test_setup_py_literals_constants_and_extensions_without_executing(tmp_path):
     assert data["extensions"] == ["pkg._fast", "pkg_cuda"] and data["has_ext_modules"]
 
 
+def test_setup_py_extensions_come_from_the_shared_build_reader(tmp_path):
+    # one reader of declared extensions (probes/buildinfo.py) serves the judges and the baseline
+    write(tmp_path, {
+        "setup.py": """\
+            from setuptools import setup
+            from Cython.Build import cythonize
+            NAME = "pkg._named"
+            setup(name="pkg", ext_modules=cythonize("pkg/speed.pyx") + [Extension(NAME, ["n.c"])])
+        """,
+    })
+    data = ba.read_setup_py(tmp_path / "setup.py")
+    assert data["extensions"] == ["pkg._named", "pkg.speed"] and data["has_ext_modules"]
+
+
 def test_setup_py_reading_requirements_file_idiom_and_unreadable_values(tmp_path):
     write(tmp_path, {
         "requirements.txt": "einops\n# c\ntimm>=0.9\n",
@@ -441,6 +455,9 @@ def test_adapter_command_and_parse(tmp_path):
     # the script is staged into the sandbox and run from there, by the engine's interpreter locally
     staged = next(iter(command.files))
     assert argv[2] == str(paths.workdir / staged) and b"resenv's built-in baseline agent" in command.files[staged]
+    # the build reader it shares with the judges travels beside it
+    beside = str(Path(staged).with_name("resenv_buildinfo.py"))
+    assert b"def compiled_modules(" in command.files[beside]
     assert argv[0] == sys.executable
     remote = adapter.command(dataclasses.replace(paths, remote=True)).argv
     assert remote[0] == "python3" and "--uv" not in remote, "an SSH host or container has its own python3"

@@ -15,7 +15,9 @@ from resenv.probes.classifier import (
     RULES,
     SCAN_CHARS,
     Classification,
+    blamed_download,
     classify,
+    distribution_candidates,
     last_exception_line,
 )
 
@@ -304,3 +306,143 @@ def test_hints_never_hide_a_match() -> None:
         for text in texts:
             if rule.pattern.search(text):
                 assert rule.may_match(text), (rule.name, text[:200])
+
+
+# --- compiled modules the repo declares (probes/buildinfo.py) ------------------------------------
+
+
+def test_declared_compiled_module_missing_is_native_whatever_its_name() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/work/repo/main.py", line 1, in <module>\n'
+        "    import fastops\n"
+        "ModuleNotFoundError: No module named 'fastops'\n"
+    )
+    assert classify(text, returncode=1).category == "deps_missing"
+    verdict = classify(text, returncode=1, compiled_modules={"fastops"})
+    assert verdict == Classification("native_extension", "declared_extension_missing",
+                                     "ModuleNotFoundError: No module named 'fastops'")
+    # a CMake target known only by its own name, built inside the package
+    inside = text.replace("'fastops'", "'geo.fastops'")
+    assert classify(inside, returncode=1, compiled_modules={"fastops"}).category == "native_extension"
+    # a module that is not declared stays a dependency, even beside declared ones
+    other = text.replace("'fastops'", "'einops'")
+    assert classify(other, returncode=1, compiled_modules={"fastops", "geo._ext"}).category == "deps_missing"
+    # the package around a declared module is not the compiled module
+    parent = text.replace("'fastops'", "'geo'")
+    assert classify(parent, returncode=1, compiled_modules={"geo.fastops"}).category == "deps_missing"
+
+
+def test_cannot_import_a_declared_compiled_module_from_its_package_is_native() -> None:
+    own = "ImportError: cannot import name 'voxelize' from 'geo' (/work/repo/geo/__init__.py)\n"
+    assert classify(own, returncode=1).category == "runtime"
+    assert classify(own, returncode=1, compiled_modules={"geo.voxelize"}).category == "native_extension"
+    assert classify(own, returncode=1, compiled_modules={"voxelize"}).category == "native_extension"
+    assert classify(own, returncode=1, compiled_modules={"geo.other"}).category == "runtime"
+    # a name missing from the compiled module itself: the built module is not the one the code expects
+    stale = "ImportError: cannot import name 'knn' from 'geo._ops' (/work/repo/geo/_ops.cpython-311-x86_64-linux-gnu.so)\n"
+    assert classify(stale, returncode=1, compiled_modules={"geo._ops"}).category == "native_extension"
+
+
+def test_declared_compiled_module_is_checked_in_the_whole_tail_too() -> None:
+    text = (
+        "ModuleNotFoundError: No module named 'geo.voxel_cuda_kernels_v2'\n"
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:\n"
+        "train.py FAILED\n"
+    )
+    verdict = classify(text, returncode=1, compiled_modules=("geo.voxel_cuda_kernels_v2",))
+    assert verdict.category == "native_extension" and verdict.signature == "declared_extension_missing"
+
+
+def test_compiled_module_without_its_init_function_is_native() -> None:
+    text = "ImportError: dynamic module does not define module export function (PyInit_fastops)\n"
+    assert classify(text, returncode=1).category == "native_extension"
+
+
+# --- a download failure in the agent's log blamed for the probe's missing package ----------------
+
+PIP_OFFLINE = (
+    "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after connection "
+    "broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPConnection object at 0x7efc>: Failed to "
+    "establish a new connection: [Errno 111] Connection refused')': /simple/numpy/\n"
+    "ERROR: Could not find a version that satisfies the requirement numpy (from versions: none)\n"
+    "ERROR: No matching distribution found for numpy\n"
+)
+NO_NUMPY = "ModuleNotFoundError: No module named 'numpy'"
+
+
+def test_download_blamed_only_for_the_missing_package() -> None:
+    assert blamed_download(NO_NUMPY, PIP_OFFLINE) == "ERROR: No matching distribution found for numpy"
+    assert blamed_download("ModuleNotFoundError: No module named 'numpy.linalg'", PIP_OFFLINE) is not None
+    # a download that failed for another package does not explain this one
+    assert blamed_download("ModuleNotFoundError: No module named 'scipy'", PIP_OFFLINE) is None
+    # nor does a log without any download failure, or a probe failure that names no package
+    assert blamed_download(NO_NUMPY, "Successfully installed numpy-1.26.4\n") is None
+    assert blamed_download("ImportError: numpy.core.multiarray failed to import", PIP_OFFLINE) is None
+
+
+def test_a_download_the_agent_recovered_from_is_not_blamed() -> None:
+    for recovery in ("Successfully installed einops-0.8.0 numpy-1.26.4 tqdm-4.66.1\n",  # pip
+                     "Installed 2 packages in 12ms\n + numpy==1.26.4\n + tqdm==4.66.1\n",  # uv
+                     "Requirement already satisfied: numpy in ./env/lib/python3.11/site-packages (1.26.4)\n"):
+        assert blamed_download(NO_NUMPY, PIP_OFFLINE + recovery) is None, recovery
+    # recovering another package does not count, and a failure after the recovery counts again
+    assert blamed_download(NO_NUMPY, PIP_OFFLINE + "Successfully installed numpy-stl-3.0\n") is not None
+    assert blamed_download(NO_NUMPY, "Successfully installed numpy-1.0\n" + PIP_OFFLINE) is not None
+
+
+@pytest.mark.parametrize(("failure", "log"), [
+    # import names that differ from their distribution's name, both ways round
+    ("ModuleNotFoundError: No module named 'cv2'", "ERROR: No matching distribution found for opencv-python-headless==4.1"),
+    ("ModuleNotFoundError: No module named 'yaml'",
+     "ERROR: Could not find a version that satisfies the requirement PyYAML==9.9 (from versions: 5.4, 6.0)"),
+    ("ModuleNotFoundError: No module named 'sklearn.metrics'", "ERROR: No matching distribution found for scikit_learn"),
+    ("ImportError: cannot import name 'Image' from 'PIL' (unknown location)", "ERROR: No matching distribution found for pillow"),
+    ("pkg_resources.DistributionNotFound: The 'opencv-python>=4' distribution was not found and is required by app",
+     "ERROR: No matching distribution found for opencv-contrib-python"),
+    ("pkg_resources.DistributionNotFound: The 'PyYAML' distribution was not found and is required by app",
+     "ERROR: No matching distribution found for pyyaml"),
+    # PEP 503 normalisation
+    ("ModuleNotFoundError: No module named 'torch_scatter'", "ERROR: No matching distribution found for Torch.Scatter==2.1"),
+    ("ImportError: requires the protobuf library but it was not found in your environment",
+     "ERROR: No matching distribution found for protobuf"),
+    # connection errors while downloading it (uv, pip mid-download, a URL naming the file)
+    ("ModuleNotFoundError: No module named 'numpy'",
+     "  × No solution found when resolving dependencies:\n  ╰─▶ Because numpy was not found in the package registry "
+     "and you require numpy, we can conclude that your requirements are unsatisfiable."),
+    ("ModuleNotFoundError: No module named 'numpy'",
+     "error: Failed to fetch: `http://127.0.0.1:9/simple/numpy/`\n  Caused by: Request failed after 3 retries"),
+    ("ModuleNotFoundError: No module named 'torch'",
+     "Collecting torch==2.3.1\n  Downloading torch-2.3.1-cp311-cp311-manylinux1_x86_64.whl (779.1 MB)\n"
+     "ERROR: Exception:\nTraceback (most recent call last):\n"
+     "pip._vendor.urllib3.exceptions.ReadTimeoutError: HTTPSConnectionPool(host='files.example.invalid', port=443): "
+     "Read timed out."),
+    ("ModuleNotFoundError: No module named 'flash_attn'",
+     "ERROR: HTTP error 404 while getting https://wheels.example.invalid/flash_attn-2.5.8+cu122-cp311-linux_x86_64.whl"),
+    # a failed git clone of it
+    ("ModuleNotFoundError: No module named 'pytorch3d'",
+     "Collecting p3d@ git+http://127.0.0.1:9/org/pytorch3d.git\n"
+     "  fatal: unable to access 'http://127.0.0.1:9/org/pytorch3d.git/': Failed to connect to 127.0.0.1 port 9"),
+    ("ModuleNotFoundError: No module named 'p3d'",
+     "Collecting p3d@ git+http://127.0.0.1:9/org/pytorch3d.git\n"
+     "  fatal: unable to access 'http://127.0.0.1:9/org/pytorch3d.git/': Failed to connect to 127.0.0.1 port 9"),
+    ("ModuleNotFoundError: No module named 'apex'",
+     "Cloning into 'apex'...\nfatal: repository 'https://git.example.invalid/NVIDIA/apex/' not found"),
+    # conda
+    ("ModuleNotFoundError: No module named 'faiss'",
+     "PackagesNotFoundError: The following packages are not available from current channels:\n\n"
+     "  - faiss-gpu=1.7.4\n\nCurrent channels:\n"),
+    # the baseline's and other agents' JSON event streams
+    ("ModuleNotFoundError: No module named 'numpy'",
+     '{"type": "output", "id": "c3", "text": "ERROR: No matching distribution found for numpy"}'),
+])
+def test_download_failures_that_name_the_missing_package(failure: str, log: str) -> None:
+    assert blamed_download(failure, log), (failure, log)
+
+
+def test_distribution_candidates() -> None:
+    assert distribution_candidates("cv2") >= {"opencv-python", "opencv-python-headless"}
+    assert distribution_candidates("torch_scatter") == {"torch-scatter"}
+    assert "scikit-learn" in distribution_candidates("sklearn.metrics")
+    assert "protobuf" in distribution_candidates("google.protobuf")
+    assert "pyyaml" in distribution_candidates("PyYAML")  # a distribution name maps to itself
