@@ -107,6 +107,9 @@ CATEGORIES = (
     "bad_interpreter", "tampered",
 )
 
+SET_BY_CALLERS = frozenset({"infra", "missing_report", "invalid_report", "bad_interpreter", "tampered"})
+"""Categories that come from facts the judges establish themselves, never from a tier's output text."""
+
 SCAN_CHARS = 256 * 1024
 """Only this much of the end of an output is read: the final error is at the end."""
 

@@ -14,6 +14,7 @@ from resenv.probes.classifier import (
     EVIDENCE_CHARS,
     RULES,
     SCAN_CHARS,
+    SET_BY_CALLERS,
     Classification,
     blamed_download,
     classify,
@@ -47,7 +48,7 @@ def test_fixture_set_is_complete() -> None:
     on_disk = {path.name for path in FIXTURES.glob("*.txt")}
     assert on_disk == set(EXPECTED), "every fixture has an expected category and vice versa"
     assert set(EXPECTED.values()) <= set(CATEGORIES)
-    inferable = set(CATEGORIES) - {"infra", "missing_report", "invalid_report"}
+    inferable = set(CATEGORIES) - SET_BY_CALLERS
     assert inferable <= set(EXPECTED.values()), "each category the text can decide has a real fixture"
 
 
