@@ -27,6 +27,7 @@ from ..probes.mirror import Mirror, build_mirror, failed_mirror
 from ..probes.report import ReportLoad, load_report
 from .assets import AssetCache, missing_indexes, presence_script  # issue 9
 from .gpuinfo import DriverInfo, cuda_supported
+from .gpuwatch import GpuUse, watch_for
 from .sandbox.base import ExecResult, SandboxError, is_remote
 
 if TYPE_CHECKING:
@@ -315,10 +316,30 @@ class TierRunner:
             extra = {"NCCL_DEBUG": "WARN", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **extra}
         argv = spec.argv(values)
         timeout = self.bench.tier_timeout(self.repo, tier)
-        result = await self.attempt.run_command(
-            "probes", argv, env=self._env(host_ids, extra), timeout=timeout, cwd=paths.repo, log_name=tier,
-        )
-        return self._judge_exec(tier, argv, result, gpus)
+        # C3/C4: the driver's process accounting while it runs is the proof that it used the GPUs
+        watch = watch_for(self.attempt.lease.host, self.attempt.sandbox, gpus) if tier in ("C3", "C4") else None
+        if watch is not None:
+            await watch.start()
+        try:
+            result = await self.attempt.run_command(
+                "probes", argv, env=self._env(host_ids, extra), timeout=timeout, cwd=paths.repo, log_name=tier,
+                on_start=watch.started if watch is not None else None,
+            )
+        finally:
+            use = await watch.stop() if watch is not None else None
+        judged = self._judge_exec(tier, argv, result, gpus)
+        return judged if use is None else self._judge_gpu_use(judged, use)
+
+    def _judge_gpu_use(self, judged: TierResult, use: GpuUse) -> TierResult:
+        """An exit 0 of C3/C4 passes only if the driver saw the entrypoint on every leased GPU
+        (engine/gpuwatch.py has the rule); a failure keeps its own category. The evidence is kept."""
+        if judged.status != "pass":
+            return TierResult(judged.tier, judged.status, judged.category, judged.evidence | {"gpu_use": use.evidence()})
+        verdict = use.verdict()
+        evidence = judged.evidence | {"gpu_use": use.evidence() | {"verdict": verdict.reason}}
+        if verdict.status != "pass":
+            evidence["reason"] = verdict.reason
+        return TierResult(judged.tier, verdict.status, verdict.category, evidence)
 
     # -- issue 9: assets, fetched before scoring ----------------------------------------------
     def _asset_cache(self) -> AssetCache:
