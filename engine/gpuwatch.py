@@ -26,8 +26,11 @@ Which processes are the probe's: in a container sandbox, those whose cgroup name
 container (one container per attempt, and tiers run one after another), as
 :class:`~resenv.engine.telemetry.ProcessMap` maps them; otherwise those in the process group the
 sandbox started the entrypoint in, or whose parent chain reaches its leader (torchrun starts its
-workers in sessions of their own). Another job's process on the same GPU proves nothing and is
-listed apart, as ``other_pids``.
+workers in sessions of their own). Another process on the same GPU proves nothing and is listed
+apart, as ``other_pids``. A process whose PID this machine (or the SSH host's /proc) cannot see at all
+is listed as ``unseen_pids``: it may be the entrypoint's in another PID namespace (an engine that runs
+in a container sees the driver's host PIDs), so a leased GPU that showed only such processes cannot
+be judged either way (``error``/``infra``), never ``no_gpu_use``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ LINEAGE_DEPTH = 64
 MAX_ERRORS = 5
 MAX_OTHER_PIDS = 10
 _OURS = 0  # the "job id" the probe's own container or group gets in a ProcessMap
+OURS, OTHER, UNSEEN = "ours", "other", "unseen"  # whose a GPU process is
 
 UUID_QUERY = "nvidia-smi --query-gpu=index,uuid --format=csv,noheader 2>&1"
 
@@ -79,6 +83,7 @@ class GpuSeen:
     peak_mib: float | None = None
     samples: int = 0  # samples in which a process of the probe was on it
     other_pids: set[int] = field(default_factory=set)
+    unseen_pids: set[int] = field(default_factory=set)  # not in this machine's /proc: cannot tell whose
 
 
 @dataclass(frozen=True)
@@ -105,17 +110,20 @@ class GpuUse:
         if self.source is not None:
             self.per_gpu = {gpu: GpuSeen() for gpu in self.gpus}
 
-    def add_sample(self, found: Sequence[tuple[int, int, float | None]], ours: Callable[[int], bool]) -> None:
-        """One complete sample: (gpu, pid, MiB) of every compute process on the leased GPUs."""
+    def add_sample(self, found: Sequence[tuple[int, int, float | None]], whose: Callable[[int], str]) -> None:
+        """One complete sample: (gpu, pid, MiB) of every compute process on the leased GPUs, and whose
+        each PID is (OURS, OTHER or UNSEEN)."""
         self.samples += 1
         hit: set[int] = set()
         for gpu, pid, mib in found:
             seen = self.per_gpu.get(gpu)
             if seen is None:
                 continue
-            if not ours(pid):
-                if len(seen.other_pids) < MAX_OTHER_PIDS:
-                    seen.other_pids.add(pid)
+            owner = whose(pid)
+            if owner != OURS:
+                apart = seen.unseen_pids if owner == UNSEEN else seen.other_pids
+                if len(apart) < MAX_OTHER_PIDS:
+                    apart.add(pid)
                 continue
             seen.pids.add(pid)
             hit.add(gpu)
@@ -136,6 +144,12 @@ class GpuUse:
         if why is not None:
             return Verdict("error", "infra", _one_line(f"GPU use cannot be proven on host {self.host}: {why}", 500))
         missing = [gpu for gpu in self.gpus if not self.per_gpu[gpu].pids]
+        if unseen := [gpu for gpu in missing if self.per_gpu[gpu].unseen_pids]:
+            pids = sorted(pid for gpu in unseen for pid in self.per_gpu[gpu].unseen_pids)
+            return Verdict("error", "infra", _one_line(
+                f"GPU use cannot be proven on host {self.host}: GPU {unseen[0]} showed process(es) "
+                f"{', '.join(map(str, pids[:5]))} that are not in this machine's /proc (another PID namespace?), "
+                "so whose they are cannot be told", 500))
         if missing:
             names = ", ".join(f"GPU {gpu}" for gpu in missing)
             return Verdict("fail", "no_gpu_use", (
@@ -149,7 +163,8 @@ class GpuUse:
             "source": self.source, "host": self.host, "gpus": list(self.gpus), "interval_s": self.interval_s,
             "samples": self.samples,
             "per_gpu": [{"gpu": gpu, "pids": sorted(seen.pids), "peak_mib": seen.peak_mib, "samples": seen.samples,
-                         "other_pids": sorted(seen.other_pids)} for gpu, seen in self.per_gpu.items()],
+                         "other_pids": sorted(seen.other_pids), "unseen_pids": sorted(seen.unseen_pids)}
+                        for gpu, seen in self.per_gpu.items()],
             "errors": self.errors, "unobservable": self.unobservable,
         }
 
@@ -286,11 +301,11 @@ class NvmlWatch:
             for process in processes:
                 used = getattr(process, "usedGpuMemory", None)
                 found.append((gpu, process.pid, used / 2**20 if isinstance(used, int) else None))
-        self.use.add_sample(found, self._ours)
+        self.use.add_sample(found, self._whose)
 
-    def _ours(self, pid: int) -> bool:
+    def _whose(self, pid: int) -> str:
         if pid in self._known:
-            return True  # kept: a worker whose parent exited is re-parented and loses its chain
+            return OURS  # kept: a worker whose parent exited is re-parented and loses its chain
         if self._container:
             mine = self._map.job_of(pid) == _OURS
         else:
@@ -298,12 +313,14 @@ class NvmlWatch:
                                                or self._root in ancestors(pid, self.proc_root))
         if mine:
             self._known.add(pid)
-        return mine
+            return OURS
+        return OTHER if Path(f"{self.proc_root}/{pid}").exists() else UNSEEN
 
 
 def parse_probe_processes(text: str, host: str, gpu_of_uuid: dict[str, int], *, root: int | None,
-                          container_id: str | None) -> tuple[list[GpuProcess], list[GpuProcess]]:
-    """The probe's processes and everyone else's, from :data:`REMOTE_PROBE_PROCESSES` output."""
+                          container_id: str | None) -> dict[str, list[GpuProcess]]:
+    """The GPU processes of :data:`REMOTE_PROBE_PROCESSES` output by whose they are: OURS (the
+    probe's), OTHER, or UNSEEN (the host's /proc has no such PID, so its chain is empty)."""
     processes = ProcessMap()
     if container_id:
         processes.containers[container_id] = _OURS
@@ -314,14 +331,15 @@ def parse_probe_processes(text: str, host: str, gpu_of_uuid: dict[str, int], *, 
         if len(parts) == 3 and parts[0] == "lineage" and parts[1].strip().isdigit():
             chain = [item.split(":") for item in parts[2].split()]
             lineage[int(parts[1])] = [(int(a), int(b)) for a, b, *_ in chain if a.isdigit() and b.isdigit()]
-    ours, others = [], []
+    found: dict[str, list[GpuProcess]] = {OURS: [], OTHER: [], UNSEEN: []}
     for row in rows:
+        chain = lineage.get(row.pid, [])
         if container_id:
             mine = row.job_id == _OURS
         else:
-            mine = root is not None and any(root in pair for pair in lineage.get(row.pid, []))
-        (ours if mine else others).append(row)
-    return ours, others
+            mine = root is not None and any(root in pair for pair in chain)
+        found[OURS if mine else OTHER if chain else UNSEEN].append(row)
+    return found
 
 
 class SmiWatch:
@@ -398,8 +416,9 @@ class SmiWatch:
                 return
 
     def _record(self, text: str) -> None:
-        ours, others = parse_probe_processes(text, self.use.host, self._uuids, root=self._root,
-                                             container_id=self._container)
-        self._known.update(process.pid for process in ours)
-        found = [(p.gpu, p.pid, p.used_mib) for p in (*ours, *others)]
-        self.use.add_sample(found, lambda pid: pid in self._known)
+        found = parse_probe_processes(text, self.use.host, self._uuids, root=self._root,
+                                      container_id=self._container)
+        self._known.update(process.pid for process in found[OURS])
+        whose = {p.pid: owner for owner, processes in found.items() for p in processes}
+        rows = [(p.gpu, p.pid, p.used_mib) for processes in found.values() for p in processes]
+        self.use.add_sample(rows, lambda pid: OURS if pid in self._known else whose[pid])

@@ -334,7 +334,8 @@ class TierRunner:
         """An exit 0 of C3/C4 passes only if the driver saw the entrypoint on every leased GPU
         (engine/gpuwatch.py has the rule); a failure keeps its own category. The evidence is kept."""
         if judged.status != "pass":
-            return TierResult(judged.tier, judged.status, judged.category, judged.evidence | {"gpu_use": use.evidence()})
+            judged.evidence["gpu_use"] = use.evidence()
+            return judged
         verdict = use.verdict()
         evidence = judged.evidence | {"gpu_use": use.evidence() | {"verdict": verdict.reason}}
         if verdict.status != "pass":

@@ -308,6 +308,9 @@ def gpu_use_text(evidence: dict[str, Any]) -> str | None:
         if gpu.get("pids"):
             peak = f", peak {gpu['peak_mib']:.0f} MiB" if gpu.get("peak_mib") is not None else ""
             parts.append(f"GPU {gpu['gpu']}: pid {', '.join(map(str, gpu['pids'][:4]))}{peak}")
+        elif gpu.get("unseen_pids"):
+            unseen = ", ".join(map(str, gpu["unseen_pids"][:4]))
+            parts.append(f"GPU {gpu['gpu']}: only pids outside this machine's view ({unseen})")
         else:
             parts.append(f"GPU {gpu['gpu']}: no process of the entrypoint")
     return (f"GPU use ({use.get('source')}, {use.get('samples')} samples every {use.get('interval_s')} s): "

@@ -141,7 +141,8 @@ async def test_gpu_use_watcher_asks_the_hosts_nvidia_smi_for_the_probes_processe
         evidence = use.evidence()
         assert evidence["source"] == "nvidia-smi" and evidence["samples"] >= 3, evidence  # fast enough for short runs
         assert evidence["per_gpu"] == [{"gpu": 1, "pids": [entry.pid], "peak_mib": 800.0,
-                                        "samples": evidence["samples"], "other_pids": [os.getpid()]}]
+                                        "samples": evidence["samples"], "other_pids": [os.getpid()],
+                                        "unseen_pids": []}]
         watch = SmiWatch("h", connection, (0,))  # nothing of the probe on GPU 0
         await watch.start()
         watch.started(entry.pid)

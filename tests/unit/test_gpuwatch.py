@@ -81,7 +81,19 @@ async def test_a_cpu_fallback_shows_no_process_and_fails_no_gpu_use(processes):
     assert "GPU 1" in verdict.reason and "nvml" in verdict.reason
     evidence = use.evidence()
     assert evidence["per_gpu"] == [{"gpu": 1, "pids": [], "peak_mib": None, "samples": 0,
-                                    "other_pids": [os.getpid()]}]
+                                    "other_pids": [os.getpid()], "unseen_pids": []}]
+
+
+async def test_a_process_this_machine_cannot_see_leaves_the_gpu_unjudged(tmp_path):
+    # An engine in a container of its own gets the driver's host PIDs, which its /proc does not have:
+    # such a process may be the entrypoint's, so the GPU cannot be judged either way.
+    proc = fake_proc(tmp_path, {77: {}})
+    nvml = fake_pynvml(gpus=1, processes={0: [5555]})
+    use = await watched(NvmlWatch("local", (0,), nvml=nvml, interval_s=0.05, proc_root=str(proc)), 77)
+    verdict = use.verdict()
+    assert (verdict.status, verdict.category) == ("error", "infra")
+    assert "5555" in verdict.reason and "PID namespace" in verdict.reason
+    assert use.evidence()["per_gpu"][0]["unseen_pids"] == [5555]
 
 
 async def test_a_descendant_in_a_session_of_its_own_is_the_probes(processes):
@@ -235,13 +247,15 @@ def test_remote_rows_and_lineage_map_processes_to_the_probe():
         "lineage|101| 101:101 1:1",
         "lineage|102| 102:102 101:101 1:1",
         "lineage|103| 103:103 50:50 1:1",
+        f"{GPU0_UUID}|105|9||",                  # not in the host's /proc: its chain is empty
         "lineage|104| 104:104 1:1",
+        "lineage|105|",
     ])
-    ours, others = parse_probe_processes(text, "h", {GPU0_UUID: 0}, root=101, container_id=None)
-    assert [(p.gpu, p.pid, p.used_mib) for p in ours] == [(0, 101, 1024.0), (0, 102, 2048.0)]
-    assert sorted(p.pid for p in others) == [103, 104]
-    ours, _ = parse_probe_processes(text, "h", {GPU0_UUID: 0}, root=101, container_id=ctr)
-    assert [p.pid for p in ours] == [104]
+    found = parse_probe_processes(text, "h", {GPU0_UUID: 0}, root=101, container_id=None)
+    assert [(p.gpu, p.pid, p.used_mib) for p in found["ours"]] == [(0, 101, 1024.0), (0, 102, 2048.0)]
+    assert sorted(p.pid for p in found["other"]) == [103, 104] and [p.pid for p in found["unseen"]] == [105]
+    found = parse_probe_processes(text, "h", {GPU0_UUID: 0}, root=101, container_id=ctr)
+    assert [p.pid for p in found["ours"]] == [104]
 
 
 def test_the_remote_query_reads_the_lineage_from_the_hosts_proc(tmp_path, processes):
@@ -262,9 +276,8 @@ def test_the_remote_query_reads_the_lineage_from_the_hosts_proc(tmp_path, proces
                              timeout=30)
         assert out.returncode == 0, out.stderr
         gpu1 = GPU0_UUID[:-3] + "001"
-        ours, others = parse_probe_processes(out.stdout, "h", {GPU0_UUID: 0, gpu1: 1}, root=entry.pid,
-                                             container_id=None)
-        assert [(p.gpu, p.pid, p.used_mib) for p in ours] == [(1, worker, 700.0)], out.stdout
-        assert [p.pid for p in others] == [os.getpid()]
+        found = parse_probe_processes(out.stdout, "h", {GPU0_UUID: 0, gpu1: 1}, root=entry.pid, container_id=None)
+        assert [(p.gpu, p.pid, p.used_mib) for p in found["ours"]] == [(1, worker, 700.0)], out.stdout
+        assert [p.pid for p in found["other"]] == [os.getpid()] and found["unseen"] == []
     finally:
         os.kill(worker, 9)
