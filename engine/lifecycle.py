@@ -304,8 +304,12 @@ class JobAttempt:
         self, phase: str, argv: list[str], *, timeout: float, env: dict[str, str] | None = None,
         stdin: bytes | None = None, timeout_name: str | None = None, cwd: Path | None = None,
         parse: Callable[[OutputLine], list[dict[str, Any]]] | None = None, log_name: str | None = None,
+        on_start: Callable[[int], None] | None = None,
     ) -> ExecResult:
-        """Run one command in the sandbox with its output streamed to raw files and to events."""
+        """Run one command in the sandbox with its output streamed to raw files and to events.
+
+        `on_start` gets the command's process group as the sandbox announces it (the GPU tiers watch
+        that group's processes on the GPU)."""
         assert self.sandbox is not None
         self._log_counter += 1
         log_name = f"{log_name or phase}-{self._log_counter}" if phase != "agent" else "agent"
@@ -322,10 +326,14 @@ class JobAttempt:
             for event in parse(line):
                 self.sink.emit(kind, {**base, **event})
 
+        def started(pgid: int) -> None:
+            self.sink.emit("process", {"log": log_name, "pgid": pgid})
+            if on_start is not None:
+                on_start(pgid)
+
         result = await self.sandbox.exec(
             argv, env=env, cwd=cwd or self.paths.workdir, timeout=timeout, timeout_name=timeout_name or phase,
-            stdin=stdin, log_prefix=prefix, on_line=on_line,
-            on_start=lambda pgid: self.sink.emit("process", {"log": log_name, "pgid": pgid}),
+            stdin=stdin, log_prefix=prefix, on_line=on_line, on_start=started,
         )
         if result.timed_out:
             self.sink.emit("timeout", {"name": result.timeout_name, "seconds": timeout})

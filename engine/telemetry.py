@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import logging
 import os
 import re
@@ -282,6 +283,32 @@ class TelemetrySink:
 
 
 # ------------------------------------------------------------------------------------- NVML (local)
+FAKE_PYNVML_ENV = "RESENV_FAKE_PYNVML"
+_fake_pynvml: dict[str, Any] = {}
+
+
+def load_pynvml() -> Any:
+    """nvidia-ml-py's ``pynvml`` (ImportError without it), or a fake driver module that a test names.
+
+    Integration tests drive the real engine on machines without a GPU; they point
+    ``RESENV_FAKE_PYNVML`` at a file that speaks pynvml's calls (tests/fakes/nvml_driver.py). Nothing
+    but a test sets that variable.
+    """
+    fake = os.environ.get(FAKE_PYNVML_ENV)
+    if not fake:
+        import pynvml  # nvidia-ml-py
+
+        return pynvml
+    if fake not in _fake_pynvml:
+        spec = importlib.util.spec_from_file_location("resenv_fake_pynvml", fake)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{FAKE_PYNVML_ENV}={fake}: not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _fake_pynvml[fake] = module
+    return _fake_pynvml[fake]
+
+
 class NvmlSampler:
     """Samples the local GPUs through NVML at `interval_s` in a daemon thread (see module docstring)."""
 
@@ -312,11 +339,7 @@ class NvmlSampler:
         loop_state(self.host, state)
 
     def _load(self) -> Any:
-        if self._nvml is not None:
-            return self._nvml
-        import pynvml  # nvidia-ml-py
-
-        return pynvml
+        return self._nvml if self._nvml is not None else load_pynvml()
 
     def _main(self) -> None:
         try:

@@ -34,6 +34,7 @@ from ..probes.report import ReportLoad, load_report
 from .assets import AssetCache, missing_indexes, presence_script  # issue 9
 from .gpuinfo import DriverInfo, cuda_supported
 from .integrity import secure
+from .gpuwatch import GpuUse, watch_for
 from .sandbox.base import ExecResult, SandboxError, is_remote
 
 if TYPE_CHECKING:
@@ -387,9 +388,17 @@ class TierRunner:
             extra = {"NCCL_DEBUG": "WARN", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **extra}
         argv = spec.argv(values)
         timeout = self.bench.tier_timeout(self.repo, tier)
-        result = await self.attempt.run_command(
-            "probes", argv, env=self._env(host_ids, extra), timeout=timeout, cwd=paths.repo, log_name=tier,
-        )
+        # C3/C4: the driver's process accounting while it runs is the proof that it used the GPUs
+        watch = watch_for(self.attempt.lease.host, self.attempt.sandbox, gpus) if tier in ("C3", "C4") else None
+        if watch is not None:
+            await watch.start()
+        try:
+            result = await self.attempt.run_command(
+                "probes", argv, env=self._env(host_ids, extra), timeout=timeout, cwd=paths.repo, log_name=tier,
+                on_start=watch.started if watch is not None else None,
+            )
+        finally:
+            use = await watch.stop() if watch is not None else None
         judged = self._judge_exec(tier, argv, result, gpus)
         if judged.status == "pass" and (died := uncaught_exception(tail_text(result.stderr_path))):
             # exit status 0 after a fatal traceback: the exit status was overridden, the run failed
@@ -398,7 +407,19 @@ class TierRunner:
             judged = TierResult(tier, "fail", verdict.category, judged.evidence | {
                 "reason": "exited 0, but its output ends in an uncaught exception",
                 "uncaught_exception": died, "signature": verdict.signature, "evidence_line": verdict.evidence})
-        return judged
+        return judged if use is None else self._judge_gpu_use(judged, use)
+
+    def _judge_gpu_use(self, judged: TierResult, use: GpuUse) -> TierResult:
+        """An exit 0 of C3/C4 passes only if the driver saw the entrypoint on every leased GPU
+        (engine/gpuwatch.py has the rule); a failure keeps its own category. The evidence is kept."""
+        if judged.status != "pass":
+            judged.evidence["gpu_use"] = use.evidence()
+            return judged
+        verdict = use.verdict()
+        evidence = judged.evidence | {"gpu_use": use.evidence() | {"verdict": verdict.reason}}
+        if verdict.status != "pass":
+            evidence["reason"] = verdict.reason
+        return TierResult(judged.tier, verdict.status, verdict.category, evidence)
 
     # -- issue 9: assets, fetched before scoring ----------------------------------------------
     def _asset_cache(self) -> AssetCache:

@@ -73,7 +73,10 @@ Rule order (first match wins) and why
   found or run (`entrypoint_not_found`); -9 / 137 (SIGKILL) that the engine did not send (it was not
   a timeout) is, on these machines, the kernel's or the cgroup's OOM killer (`oom`).
 - `infra` (the engine's own failures), `missing_report` and `invalid_report` (the C5 audit's
-  findings) are set by their callers and never inferred from text.
+  findings), `no_gpu_use` (a C3/C4 entrypoint that exited 0 while the driver never showed one of
+  its processes on a leased GPU: engine/gpuwatch.py), `bad_interpreter` and `tampered` (the
+  integrity and outcome checks: probes/outcome.py, probes/integrity.py) are set by their callers
+  and never inferred from text.
 
 The agent's log as root cause
 -----------------------------
@@ -104,11 +107,12 @@ from .buildinfo import declared_match
 CATEGORIES = (
     "deps_missing", "native_extension", "cuda_mismatch", "no_gpu", "oom", "nccl", "timeout",
     "entrypoint_not_found", "missing_report", "invalid_report", "download_failed", "runtime", "infra",
-    "bad_interpreter", "tampered",
+    "bad_interpreter", "tampered", "no_gpu_use",
 )
 
-SET_BY_CALLERS = frozenset({"infra", "missing_report", "invalid_report", "bad_interpreter", "tampered"})
-"""Categories that come from facts the judges establish themselves, never from a tier's output text."""
+CALLER_CATEGORIES = frozenset({"infra", "missing_report", "invalid_report", "no_gpu_use", "bad_interpreter",
+                               "tampered"})
+"""Categories that callers set from what they measured; no output text ever yields one."""
 
 SCAN_CHARS = 256 * 1024
 """Only this much of the end of an output is read: the final error is at the end."""

@@ -296,6 +296,27 @@ def format_event(kind: str, data: dict[str, Any]) -> list[str]:
     return [f"  {kind}: {_short(data)}"]
 
 
+def gpu_use_text(evidence: dict[str, Any]) -> str | None:
+    """One line of a C3/C4 result's GPU-use evidence: what the driver showed of the entrypoint."""
+    use = evidence.get("gpu_use")
+    if not isinstance(use, dict):
+        return None
+    if use.get("unobservable"):
+        return f"GPU use not observable: {_short(use['unobservable'], 200)}"
+    parts = []
+    for gpu in use.get("per_gpu") or []:
+        if gpu.get("pids"):
+            peak = f", peak {gpu['peak_mib']:.0f} MiB" if gpu.get("peak_mib") is not None else ""
+            parts.append(f"GPU {gpu['gpu']}: pid {', '.join(map(str, gpu['pids'][:4]))}{peak}")
+        elif gpu.get("unseen_pids"):
+            unseen = ", ".join(map(str, gpu["unseen_pids"][:4]))
+            parts.append(f"GPU {gpu['gpu']}: only pids outside this machine's view ({unseen})")
+        else:
+            parts.append(f"GPU {gpu['gpu']}: no process of the entrypoint")
+    return (f"GPU use ({use.get('source')}, {use.get('samples')} samples every {use.get('interval_s')} s): "
+            + "; ".join(parts))
+
+
 def queue_text(data: dict[str, Any]) -> str | None:
     """issue 10: what the jobs table shows while a command's Slurm job is not running (None once it runs)."""
     state = str(data.get("state") or "")

@@ -866,6 +866,8 @@ class JobScreen(DashScreen):
             head.append(f"\n{evidence['evidence_line']}", "yellow")
         if evidence.get("reason"):
             head.append(f"\n{evidence['reason']}", "grey70")
+        if (gpu_use := data.gpu_use_text(evidence)) is not None:
+            head.append(f"\n{gpu_use}", "grey70")
         if tier == "C5":
             count = len(evidence.get("hallucinations") or [])
             head.append(f"\n{count} hallucination(s) · see the “Report vs probes” tab", "bold red" if count else "green")

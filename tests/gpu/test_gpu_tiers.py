@@ -40,6 +40,8 @@ def test_gpu_tiers_on_a_real_gpu(tmp_path):
     c2 = evidence[("torch-ddp/preinstalled", "C2")]
     assert c2["framework"]["cuda_build"] and c2["driver"]["cuda_version"] and c2["framework"]["devices"]
     assert verdict[("torch-ddp/preinstalled", "C3")] == ("pass", None)
+    use = evidence[("torch-ddp/preinstalled", "C3")]["gpu_use"]  # NVML saw the entrypoint on its GPU
+    assert use["source"] == "nvml" and use["per_gpu"][0]["pids"] and use["per_gpu"][0]["peak_mib"], use
     assert verdict[("torch-ddp/preinstalled", "C4")] == ("skip", "insufficient_hardware") or \
         verdict[("torch-ddp/preinstalled", "C4")][0] == "pass"
     assert verdict[("gpu-oom/preinstalled", "C3")] == ("fail", "oom")

@@ -2,7 +2,9 @@
 
 Agents here are `command` agents that build a known environment (or lie about it) so each tier's
 verdict is known in advance. Packages come from the package index (small ones) or, for torch, the
-CPU build that lies on this kind of machine's disk.
+CPU build that lies on this kind of machine's disk. The GPU tiers run on declared GPUs with a fake
+NVIDIA driver (tests/fakes/nvml_driver.py): an entrypoint "uses" its GPU by registering its PID there,
+as a CUDA program creates a context; one that runs on the CPU registers nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import resenv
+from ..fakes.nvml import FakeDriverDir
 from .test_engine_run import db_rows
 
 USES_SIX_AND_IDNA = "import six\nimport idna\nprint(six.moves.range(3), idna.encode('example.com'))\n"
@@ -179,7 +182,10 @@ def test_lies_are_caught_exactly_and_honest_nulls_are_not(tmp_path, cli_env, tor
 
 @pytest.mark.slow
 def test_c4_launcher_runs_torchrun_on_gloo_and_audits_the_ddp_claim(tmp_path, cli_env, torch_python):
-    """CPU-only C4: a host declaring two GPU ids lets the launcher path run with the gloo backend."""
+    """CPU-only C4: a host declaring two GPU ids lets the launcher path run with the gloo backend; each
+    rank holds a context on its GPU in the fake driver, as it would with NCCL on real GPUs."""
+    driver = FakeDriverDir(tmp_path / "fake-driver", gpus=2)
+    cli_env.update(driver.engine_env())
     entrypoints = (
         'cpu: {command: "{python} -c \\"import torch\\""}\n'
         'multi_gpu: {command: "{python} -m torch.distributed.run --nproc_per_node {ngpus} --master_addr 127.0.0.1'
@@ -187,7 +193,8 @@ def test_c4_launcher_runs_torchrun_on_gloo_and_audits_the_ddp_claim(tmp_path, cl
     )
     bench = write_suite(
         tmp_path,
-        {"ddp": {"files": {"ddp.py": DDP_SCRIPT}, "entrypoints": entrypoints, "not_applicable": "{single_gpu: DDP only}"},
+        {"ddp": {"files": {"ddp.py": driver.hold_context() + DDP_SCRIPT}, "entrypoints": entrypoints,
+                 "not_applicable": "{single_gpu: DDP only}"},
          "ddp-broken": {"files": {"ddp.py": "import sys; sys.exit(7)\n"}, "entrypoints": entrypoints,
                         "not_applicable": "{single_gpu: DDP only}"}},
         {"claims-ddp": report_agent({"python_path": torch_python, "ddp_expected_ok": True})},
@@ -200,8 +207,100 @@ def test_c4_launcher_runs_torchrun_on_gloo_and_audits_the_ddp_claim(tmp_path, cl
     assert good["C4"][:2] == ("pass", None), good["C4"][2]["log_tail"]
     assert "rank 1/2 backend gloo all_reduce 3.0" in good["C4"][2]["log_tail"]
     assert good["C4"][2]["gpus"] == [0, 1]
+    use = good["C4"][2]["gpu_use"]  # torchrun's workers run in sessions of their own: found by parentage
+    assert use["source"] == "nvml" and [len(gpu["pids"]) for gpu in use["per_gpu"]] == [1, 1], use
     assert good["C5"][2]["hallucinations"] == []
     assert broken["C4"][0] == "fail"
     assert [(h["claim"], h["kind"]) for h in broken["C5"][2]["hallucinations"]] == [("ddp_expected_ok", "capability")]
     leases = db_rows(Path(cli_env["RESENV_DB"]), "SELECT gpus FROM leases")
     assert {row["gpus"] for row in leases} == {"0,1"}
+
+
+# ---------------------------------------------------------------------------------- GPU use (C3/C4)
+CPU_FALLBACK = """\
+import os
+device = "cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") and os.path.exists("/dev/nvidia0") else "cpu"
+print(f"CUDA not available, falling back to CPU: training on {device}")
+"""
+SHORT_GPU_RUN = "import time\nprint('training on cuda')\ntime.sleep(0.5)\n"
+# A launcher without torch: one worker per GPU, each in a session of its own (as torchrun starts them).
+LAUNCH = """\
+import os, subprocess, sys
+ranks = int(sys.argv[1])
+workers = [subprocess.Popen([sys.executable, "worker.py"], env=dict(os.environ, LOCAL_RANK=str(rank)),
+                            start_new_session=True) for rank in range(ranks)]
+sys.exit(max(worker.wait() for worker in workers))
+"""
+
+
+def gpu_repos(driver: FakeDriverDir) -> dict[str, dict]:
+    single = 'cpu: {command: "{python} -c pass"}\nsingle_gpu: {command: "{python} main.py"}'
+    multi = 'cpu: {command: "{python} -c pass"}\nmulti_gpu: {command: "{python} launch.py 2", gpus: 2}'
+    rank0_only = ("import os\nif os.environ['LOCAL_RANK'] == '0':\n"
+                  + "".join("    " + line + "\n" for line in driver.hold_context().splitlines())
+                  + "import time\ntime.sleep(0.5)\n")
+    return {
+        "uses-gpu": {"files": {"main.py": driver.hold_context(mib=900) + SHORT_GPU_RUN}, "entrypoints": single,
+                     "not_applicable": "{multi_gpu: single GPU}"},
+        "cpu-fallback": {"files": {"main.py": CPU_FALLBACK}, "entrypoints": single,
+                         "not_applicable": "{multi_gpu: single GPU}"},
+        "crashes": {"files": {"main.py": "import json\njson.loads('{')\n"}, "entrypoints": single,
+                    "not_applicable": "{multi_gpu: single GPU}"},
+        "ddp-both": {"files": {"launch.py": LAUNCH, "worker.py": driver.hold_context() + SHORT_GPU_RUN},
+                     "entrypoints": multi, "not_applicable": "{single_gpu: DDP only}"},
+        "ddp-rank0": {"files": {"launch.py": LAUNCH, "worker.py": rank0_only},
+                      "entrypoints": multi, "not_applicable": "{single_gpu: DDP only}"},
+    }
+
+
+def test_gpu_tiers_pass_only_with_the_drivers_word_that_the_entrypoint_used_every_leased_gpu(tmp_path, cli_env):
+    driver = FakeDriverDir(tmp_path / "fake-driver", gpus=2)
+    cli_env.update(driver.engine_env())
+    bench = write_suite(tmp_path, gpu_repos(driver), {"honest": report_agent({"python_path": sys.executable})},
+                        "h: {kind: local, slots: 2, gpus: [0, 1]}\n")
+    run = resenv("run", str(bench), "--tiers", "C3,C4", "--display", "none", env=cli_env, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr
+    found = {repo: tiers for (repo, _), tiers in results(Path(cli_env["RESENV_DB"])).items()}
+
+    status, category, evidence = found["uses-gpu"]["C3"]
+    assert (status, category) == ("pass", None), evidence
+    use = evidence["gpu_use"]
+    assert use["source"] == "nvml" and use["host"] == "h" and use["gpus"] == evidence["gpus"] and use["samples"] >= 2
+    [gpu] = use["per_gpu"]
+    assert gpu["gpu"] == evidence["gpus"][0] and len(gpu["pids"]) == 1 and gpu["peak_mib"] == 900.0
+
+    # exit 0 on the CPU: the driver never saw it
+    status, category, evidence = found["cpu-fallback"]["C3"]
+    assert (status, category) == ("fail", "no_gpu_use"), evidence
+    assert evidence["exit_code"] == 0 and "no process of the entrypoint" in evidence["reason"]
+    assert evidence["gpu_use"]["per_gpu"][0]["pids"] == []
+
+    # a failing entrypoint keeps its own category; the GPU evidence is kept beside it
+    status, category, evidence = found["crashes"]["C3"]
+    assert (status, category) == ("fail", "runtime") and "gpu_use" in evidence
+
+    assert found["ddp-both"]["C4"][:2] == ("pass", None), found["ddp-both"]["C4"][2]
+    assert [len(gpu["pids"]) for gpu in found["ddp-both"]["C4"][2]["gpu_use"]["per_gpu"]] == [1, 1]
+    status, category, evidence = found["ddp-rank0"]["C4"]
+    assert (status, category) == ("fail", "no_gpu_use"), evidence
+    assert "GPU 1" in evidence["reason"] and "GPU 0" not in evidence["reason"]
+
+    report = resenv("report", "latest", env=cli_env, cwd=tmp_path)
+    assert report.returncode == 0 and "fail (no_gpu_use)" in report.stdout, report.stdout
+
+
+def test_a_host_whose_gpu_processes_cannot_be_seen_is_infra_not_a_pass(tmp_path, cli_env):
+    driver = FakeDriverDir(tmp_path / "fake-driver", gpus=None)  # GPUs declared, the driver not loaded
+    cli_env.update(driver.engine_env())
+    repos = {repo: spec for repo, spec in gpu_repos(driver).items() if repo in ("uses-gpu", "crashes")}
+    bench = write_suite(tmp_path, repos, {"honest": report_agent({"python_path": sys.executable})},
+                        "h: {kind: local, slots: 2, gpus: [0]}\n")
+    run = resenv("run", str(bench), "--tiers", "C3", "--display", "none", env=cli_env, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr
+    found = {repo: tiers for (repo, _), tiers in results(Path(cli_env["RESENV_DB"])).items()}
+    status, category, evidence = found["uses-gpu"]["C3"]
+    assert (status, category) == ("error", "infra"), evidence
+    assert "GPU use cannot be proven on host h" in evidence["reason"] and "no NVIDIA driver" in evidence["reason"]
+    assert "\n" not in evidence["reason"] and evidence["exit_code"] == 0
+    # what fails is still the agent's failure: the exit code alone proves it
+    assert found["crashes"]["C3"][:2] == ("fail", "runtime")

@@ -1,20 +1,24 @@
 """Remote GPU telemetry through a real sshd: one `nvidia-smi -lms` stream per host, replayed by a
-stand-in printing the recorded H200 output (this machine has no GPU), in the engine and alone."""
+stand-in printing the recorded H200 output (this machine has no GPU), in the engine and alone; and the
+C3/C4 GPU-use watcher's `nvidia-smi --query-compute-apps` over the host's connection."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import time
 
 import pytest
 
+from resenv.engine.gpuwatch import SmiWatch
 from resenv.engine.remote import SshConnection, SshTarget
 from resenv.engine.telemetry import NO_DRIVER, SMI_STREAM, SmiStreamSampler
 
 from ..conftest import cli_environ, rows
+from ..fakes.nvml import FakeDriverDir
 from ..sshd_rig import make_sshd, sshd_available, standin_bin
 from ..unit.test_telemetry import ListSink
 from .test_ssh_hosts import MAIN, bench_text
@@ -112,5 +116,87 @@ def test_engine_samples_a_remote_gpu_host_into_the_store(tmp_path):
         mapped = [p for event in seen if event["host"] == "gpubox" for p in event["processes"]]
         assert mapped and all(p["gpu"] == 0 and p["used_mib"] == 1024 for p in mapped), seen
         assert {p["job_id"] for p in mapped} == {job_id}, seen
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------------------ GPU use of C3/C4
+async def test_gpu_use_watcher_asks_the_hosts_nvidia_smi_for_the_probes_processes(tmp_path):
+    driver = FakeDriverDir(tmp_path / "driver", gpus=2)
+    server = make_sshd(tmp_path / "sshd", set_env={"PATH": f"{standin_bin(tmp_path)}:/usr/bin:/bin",
+                                                    "STANDIN_GPUS": "2", "STANDIN_CONTEXTS": str(driver.root)})
+    connection = SshConnection(target(server))
+    # the "remote" host is this machine: a process started here is one of its processes
+    entry = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        await connection.connect()
+        driver.register(entry.pid, 1, 800)
+        driver.register(os.getpid(), 1, 5)  # another job's process on the same GPU
+        watch = SmiWatch("h", connection, (1,))
+        await watch.start()
+        watch.started(entry.pid)
+        await asyncio.sleep(1.5)
+        use = await watch.stop()
+        assert use.verdict().status == "pass", use.evidence()
+        evidence = use.evidence()
+        assert evidence["source"] == "nvidia-smi" and evidence["samples"] >= 3, evidence  # fast enough for short runs
+        assert evidence["per_gpu"] == [{"gpu": 1, "pids": [entry.pid], "peak_mib": 800.0,
+                                        "samples": evidence["samples"], "other_pids": [os.getpid()],
+                                        "unseen_pids": []}]
+        watch = SmiWatch("h", connection, (0,))  # nothing of the probe on GPU 0
+        await watch.start()
+        watch.started(entry.pid)
+        await asyncio.sleep(0.3)
+        verdict = (await watch.stop()).verdict()
+        assert (verdict.status, verdict.category) == ("fail", "no_gpu_use") and "GPU 0" in verdict.reason
+    finally:
+        entry.kill()
+        entry.wait()
+        await connection.close()
+        server.stop()
+
+
+async def test_gpu_use_on_a_host_without_nvidia_smi_cannot_be_proven(tmp_path):
+    server = make_sshd(tmp_path / "sshd", set_env={"PATH": "/usr/bin:/bin"})
+    connection = SshConnection(target(server))
+    try:
+        await connection.connect()
+        watch = SmiWatch("h", connection, (0,))
+        await watch.start()
+        watch.started(1)
+        verdict = (await watch.stop()).verdict()
+        assert (verdict.status, verdict.category) == ("error", "infra") and NO_DRIVER in verdict.reason, verdict
+    finally:
+        await connection.close()
+        server.stop()
+
+
+def test_engine_judges_gpu_use_on_an_ssh_host(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    driver = FakeDriverDir(tmp_path / "driver", gpus=2)
+    server = make_sshd(tmp_path / "sshd", hide=[data], set_env={
+        "PATH": f"{standin_bin(tmp_path)}:/usr/local/bin:/usr/bin:/bin", "STANDIN_GPUS": "2",
+        "STANDIN_CONTEXTS": str(driver.root)})
+    try:
+        bench = bench_text(tmp_path, server.host_yaml("gpubox", gpus="auto", slots=2), {
+            "uses-gpu": {"main.py": driver.hold_context(mib=640) + "import time\ntime.sleep(1)\n"},
+            "cpu-fallback": {"main.py": "print('CUDA not available, falling back to CPU')\n"}})
+        bench.write_text(bench.read_text().replace(
+            "      not_applicable: {single_gpu: no GPU code, multi_gpu: no GPU code}\n",
+            '        single_gpu: {command: "{python} main.py"}\n      not_applicable: {multi_gpu: single GPU}\n'))
+        done = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--host", "gpubox",
+                               "--display", "plain", "--tiers", "C3"], env=cli_environ(tmp_path), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        found = {r["repo_id"]: (r["status"], r["category"], json.loads(r["evidence_json"])) for r in rows(
+            tmp_path / "store.db", "SELECT j.repo_id, t.status, t.category, t.evidence_json FROM tier_results t"
+                                   " JOIN jobs j ON j.id = t.job_id")}
+        status, category, evidence = found["uses-gpu"]
+        assert (status, category) == ("pass", None), evidence
+        use = evidence["gpu_use"]  # the host's process group, announced over SSH, found on the host's GPU
+        assert use["source"] == "nvidia-smi" and use["host"] == "gpubox" and use["per_gpu"][0]["peak_mib"] == 640.0
+        status, category, evidence = found["cpu-fallback"]
+        assert (status, category) == ("fail", "no_gpu_use"), evidence
     finally:
         server.stop()

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from resenv.probes.classifier import (
+    CALLER_CATEGORIES,
     CATEGORIES,
     EVIDENCE_CHARS,
     RULES,
     SCAN_CHARS,
-    SET_BY_CALLERS,
     Classification,
     blamed_download,
     classify,
@@ -48,7 +48,7 @@ def test_fixture_set_is_complete() -> None:
     on_disk = {path.name for path in FIXTURES.glob("*.txt")}
     assert on_disk == set(EXPECTED), "every fixture has an expected category and vice versa"
     assert set(EXPECTED.values()) <= set(CATEGORIES)
-    inferable = set(CATEGORIES) - SET_BY_CALLERS
+    inferable = set(CATEGORIES) - CALLER_CATEGORIES
     assert inferable <= set(EXPECTED.values()), "each category the text can decide has a real fixture"
 
 
@@ -194,7 +194,8 @@ def test_unmatched_failure_is_runtime_default() -> None:
 
 
 def test_inferred_categories_never_include_engine_or_audit_ones() -> None:
-    assert {rule.category for rule in RULES} <= set(CATEGORIES) - {"infra", "missing_report", "invalid_report"}
+    assert {rule.category for rule in RULES} <= set(CATEGORIES) - CALLER_CATEGORIES
+    assert CALLER_CATEGORIES <= set(CATEGORIES)
     assert len({rule.name for rule in RULES}) == len(RULES)
 
 

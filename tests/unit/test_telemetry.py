@@ -8,7 +8,6 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +15,8 @@ from resenv.engine.store import StoreWriter
 from resenv.engine.telemetry import (
     NO_DRIVER, NvmlSampler, ProcessMap, SmiStreamParser, TelemetrySink, parse_smi_line,
 )
+
+from ..fakes.nvml import FakeNVMLError, fake_pynvml
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "nvidia-smi"
 H200_UUID = "GPU-68bd2f7f-8094-66bf-8521-2b6b0385931b"
@@ -70,43 +71,6 @@ def test_real_extra_fields_show_na_tokens_the_parser_treats_as_missing():
 
 
 # ------------------------------------------------------------------------------------- fake NVML
-class FakeNVMLError(Exception):
-    pass
-
-
-def fake_pynvml(*, init_error: Exception | None = None, gpus: int = 2, power_supported: bool = True,
-                processes: dict[int, list[int]] | None = None) -> SimpleNamespace:
-    """A stand-in for nvidia-ml-py's `pynvml` (named a fake on purpose): same call names and shapes."""
-    calls: dict[str, int] = {}
-
-    def count(name):
-        calls[name] = calls.get(name, 0) + 1
-
-    def init():
-        count("init")
-        if init_error:
-            raise init_error
-
-    def memory(handle, version=None):
-        assert version == "v2", "the sampler must use the memory v2 API"
-        return SimpleNamespace(total=80 * 2**30, used=(handle + 1) * 2**30, free=0, reserved=2**20)
-
-    def power(handle):
-        if not power_supported:
-            raise FakeNVMLError("Not Supported")
-        return 250_500 + handle
-
-    return SimpleNamespace(
-        calls=calls, nvmlInit=init, nvmlShutdown=lambda: count("shutdown"), nvmlDeviceGetCount=lambda: gpus,
-        nvmlDeviceGetHandleByIndex=lambda i: i, nvmlMemory_v2="v2", NVML_TEMPERATURE_GPU=0,
-        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=10 * (h + 1), memory=0),
-        nvmlDeviceGetMemoryInfo=memory, nvmlDeviceGetTemperature=lambda h, sensor: 40 + h,
-        nvmlDeviceGetPowerUsage=power,
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [
-            SimpleNamespace(pid=pid, usedGpuMemory=512 * 2**20) for pid in (processes or {}).get(h, [])],
-    )
-
-
 class ListSink(TelemetrySink):
     def __init__(self) -> None:
         super().__init__(writer=None, run_id="r")
