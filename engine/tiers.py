@@ -159,11 +159,11 @@ class TierRunner:
         problem = self.state.interpreter_problem if self.state.python else None
         blocking = self.state.integrity.blocking if self.state.integrity else []
         if problem:
-            return TierResult(result.tier, "fail", BAD_INTERPRETER, {
+            return TierResult(result.tier, "fail", BAD_INTERPRETER, result.evidence | {
                 "reason": problem, "python_path": self.state.python,
                 "verdict_otherwise": {"status": result.status, "category": result.category}})
         if blocking:
-            return TierResult(result.tier, "fail", TAMPERED, {
+            return TierResult(result.tier, "fail", TAMPERED, result.evidence | {
                 "reason": f"{len(blocking)} change(s) the agent left could decide the outcome: "
                           + ", ".join(f"{finding.kind} {finding.path}" for finding in blocking[:5]),
                 "findings": [finding.to_dict() for finding in blocking],

@@ -48,8 +48,11 @@ import json, sqlite3, sys
 EXPECTED = {  # what this run is meant to prove (README.md)
     "gpu-matmul/preinstalled": ("pass", None),
     "cpu-fallback/preinstalled": ("pass", None),
-    "gpu-matmul/cuda-hidden-overclaim": ("fail", "no_gpu"),
-    "cpu-fallback/cuda-hidden-overclaim": ("fail", "no_gpu_use"),
+    "pinned-gpu7/preinstalled": ("fail", "no_gpu_use"),
+    # the agent hides CUDA with a .pth start-up hook: tampered, whatever the run would have said
+    "gpu-matmul/cuda-hidden-overclaim": ("fail", "tampered"),
+    "cpu-fallback/cuda-hidden-overclaim": ("fail", "tampered"),
+    "pinned-gpu7/cuda-hidden-overclaim": ("fail", "tampered"),
 }
 db = sqlite3.connect(sys.argv[1]); db.row_factory = sqlite3.Row
 rows = db.execute("SELECT j.key, t.status, t.category, t.evidence_json FROM tier_results t JOIN jobs j ON j.id = t.job_id"
@@ -67,6 +70,8 @@ for row in rows:
     ok = want == (row["status"], row["category"])
     mismatches += not ok
     print(f"{'ok  ' if ok else 'MISMATCH'} {row['key']:36s} C3 {row['status']}/{row['category']} (expected {want}) exit {ev.get('exit_code')}")
+    if ev.get("verdict_otherwise"):
+        print(f"     without the hook it would have been: {ev['verdict_otherwise']}")
     print(f"     source {use.get('source')} · {use.get('samples')} samples every {use.get('interval_s')} s · {seen or use.get('unobservable')}")
 json.dump(out, open(sys.argv[2], "w"), indent=1)
 print("C3 verdicts:", "all as expected" if not mismatches and len(rows) == len(EXPECTED) else f"{mismatches} mismatch(es), {len(rows)} of {len(EXPECTED)} jobs judged")
