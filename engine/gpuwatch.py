@@ -80,7 +80,7 @@ class GpuSeen:
     """One leased GPU over the run: the probe's processes on it, and anyone else's."""
 
     pids: set[int] = field(default_factory=set)
-    peak_mib: float | None = None
+    peak_mib: float | None = None  # the most the probe's processes held on it together, in one sample
     samples: int = 0  # samples in which a process of the probe was on it
     other_pids: set[int] = field(default_factory=set)
     unseen_pids: set[int] = field(default_factory=set)  # not in this machine's /proc: cannot tell whose
@@ -114,7 +114,7 @@ class GpuUse:
         """One complete sample: (gpu, pid, MiB) of every compute process on the leased GPUs, and whose
         each PID is (OURS, OTHER or UNSEEN)."""
         self.samples += 1
-        hit: set[int] = set()
+        held: dict[int, float | None] = {}  # GPU -> MiB the probe's processes hold on it now
         for gpu, pid, mib in found:
             seen = self.per_gpu.get(gpu)
             if seen is None:
@@ -126,11 +126,12 @@ class GpuUse:
                     apart.add(pid)
                 continue
             seen.pids.add(pid)
-            hit.add(gpu)
+            held[gpu] = held.get(gpu) if mib is None else (held.get(gpu) or 0.0) + mib
+        for gpu, mib in held.items():
+            seen = self.per_gpu[gpu]
+            seen.samples += 1
             if mib is not None:
                 seen.peak_mib = max(seen.peak_mib or 0.0, mib)
-        for gpu in hit:
-            self.per_gpu[gpu].samples += 1
 
     def note_error(self, text: object) -> None:
         if len(self.errors) < MAX_ERRORS:
@@ -148,7 +149,7 @@ class GpuUse:
             pids = sorted(pid for gpu in unseen for pid in self.per_gpu[gpu].unseen_pids)
             return Verdict("error", "infra", _one_line(
                 f"GPU use cannot be proven on host {self.host}: GPU {unseen[0]} showed process(es) "
-                f"{', '.join(map(str, pids[:5]))} that are not in this machine's /proc (another PID namespace?), "
+                f"{', '.join(map(str, pids[:5]))} that the host's /proc does not show (another PID namespace?), "
                 "so whose they are cannot be told", 500))
         if missing:
             names = ", ".join(f"GPU {gpu}" for gpu in missing)

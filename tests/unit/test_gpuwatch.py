@@ -216,6 +216,17 @@ async def test_sampling_never_blocks_the_event_loop(processes):
     assert use.verdict().status == "pass"
 
 
+def test_peak_mib_is_what_the_probes_processes_held_together():
+    use = gpuwatch.GpuUse("nvml", "h", (0,), 0.1)
+    whose = {1: gpuwatch.OURS, 2: gpuwatch.OURS, 3: gpuwatch.OTHER}.__getitem__
+    use.add_sample([(0, 1, 300.0), (0, 2, 200.0), (0, 3, 9000.0)], whose)
+    use.add_sample([(0, 1, 400.0)], whose)
+    use.add_sample([(0, 3, 9000.0)], whose)
+    [gpu] = use.evidence()["per_gpu"]
+    assert (gpu["pids"], gpu["peak_mib"], gpu["samples"], gpu["other_pids"]) == ([1, 2], 500.0, 2, [3])
+    assert use.samples == 3
+
+
 # ------------------------------------------------------------------------------------- the host decides
 def test_each_host_kind_gets_its_source():
     sandbox = SimpleNamespace()
