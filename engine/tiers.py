@@ -211,13 +211,21 @@ class TierRunner:
         return env | (extra or {})
 
     def _no_interpreter(self, tier: str) -> TierResult | None:
-        """Without a usable report there is no interpreter to probe: the tier fails for that reason."""
+        """Without an interpreter there is nothing to probe: the tier fails, saying why.
+
+        A missing or invalid report keeps its own category (`missing_report`, `invalid_report`). A valid
+        report whose `python_path` is absent or null is honest (no claim), but it names no environment
+        to run either: `no_interpreter`, never `invalid_report`.
+        """
         load = self.state.report
         assert load is not None
-        if self.state.python is None:
-            category = load.category or "invalid_report"
-            return TierResult(tier, "fail", category, {"reason": "no interpreter reported", "report_errors": load.errors})
-        return None
+        if self.state.python is not None:
+            return None
+        if load.ok:
+            return TierResult(tier, "fail", "no_interpreter",
+                              {"reason": "the report names no interpreter (python_path is absent or null)"})
+        category = load.category or "invalid_report"
+        return TierResult(tier, "fail", category, {"reason": "no interpreter reported", "report_errors": load.errors})
 
     def _missing_gpus(self, tier: str) -> TierResult | None:
         needed = GPUS_FOR[tier]
@@ -254,8 +262,8 @@ class TierRunner:
         if notes:
             evidence["import_map"] = list(notes)
         category = result.category
-        if self.state.python is None:
-            category = self.state.report.category if self.state.report else category
+        if self.state.report is not None and (failed := self._no_interpreter("C0")) is not None:
+            category = failed.category
         return TierResult("C0", result.status, category if result.status != "pass" else None, evidence)
 
     async def _mirror(self, census: Census, timeout: float) -> Mirror:

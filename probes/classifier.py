@@ -62,8 +62,10 @@ Rule order (first match wins) and why
 - Exit-code-only fallbacks, last so that any text wins: 127 and 126 mean the command could not be
   found or run (`entrypoint_not_found`); -9 / 137 (SIGKILL) that the engine did not send (it was not
   a timeout) is, on these machines, the kernel's or the cgroup's OOM killer (`oom`).
-- `infra` (the engine's own failures), `missing_report` and `invalid_report` (the C5 audit's
-  findings) are set by their callers and never inferred from text.
+- `infra` (the engine's own failures), `missing_report` and `invalid_report` (the report loader's
+  findings) and `no_interpreter` (a valid report that names no interpreter: `python_path` absent or
+  null, so no probe tier has an environment to run) are set by their callers and never inferred
+  from text (`NOT_INFERRED`).
 """
 
 from __future__ import annotations
@@ -73,8 +75,12 @@ from dataclasses import dataclass
 
 CATEGORIES = (
     "deps_missing", "native_extension", "cuda_mismatch", "no_gpu", "oom", "nccl", "timeout",
-    "entrypoint_not_found", "missing_report", "invalid_report", "download_failed", "runtime", "infra",
+    "entrypoint_not_found", "missing_report", "invalid_report", "no_interpreter", "download_failed", "runtime",
+    "infra",
 )
+
+NOT_INFERRED = ("infra", "missing_report", "invalid_report", "no_interpreter")
+"""Categories only their callers set (the engine, the report loader); no text ever classifies as one."""
 
 SCAN_CHARS = 256 * 1024
 """Only this much of the end of an output is read: the final error is at the end."""

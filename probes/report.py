@@ -17,9 +17,12 @@ untrusted input:
   ``Infinity``, no duplicate keys, which would let one report carry two claims) whose top level is an
   object that satisfies :data:`REPORT_SCHEMA`. All schema violations are listed, sorted by JSON path.
 
-Claims: every key but ``python_path`` is optional, and a key that is absent or ``null`` is *no claim*
-(honest uncertainty) - the audit never counts it. Unknown top-level keys are allowed (agents may add
-notes), but the known keys are typed.
+Claims: EVERY key may be absent or ``null``, at every level (``python_path``, ``notes``,
+``framework.name`` included): that is *no claim* (honest uncertainty), never an invalid report, and the
+audit never counts it. A report without ``python_path`` is valid; it just names no interpreter, so the
+probe tiers fail as ``no_interpreter`` (engine/tiers.py) while C5 still audits the other claims.
+Unknown top-level keys are allowed (agents may add notes), but the known keys are typed: a value of
+the wrong type (``"gpu_count": "two"``) makes the report invalid.
 
 Error strings each start with the JSON path they are about (``$`` for the document as a whole), e.g.
 ``gpu_count: expected integer or null, got "two"``.
@@ -44,16 +47,16 @@ REPORT_SCHEMA: dict[str, Any] = {
     "$id": "https://resenv.dev/schemas/report.json",
     "title": "resenv agent self-report",
     "description": (
-        "Written by the agent as report.json in its work dir. Every key but python_path is optional; "
-        "an absent key or null is no claim. Unknown top-level keys are allowed."
+        "Written by the agent as report.json in its work dir. Every key is optional, and an absent "
+        "key or null is no claim. Unknown top-level keys are allowed."
     ),
     "type": "object",
-    "required": ["python_path"],
     "additionalProperties": True,
     "properties": {
         "python_path": {
-            "description": "Absolute path of the interpreter the environment uses.",
-            "type": "string",
+            "description": "Absolute path of the interpreter the environment uses (without it, no tier "
+                           "can run the environment).",
+            "type": ["string", "null"],
             "pattern": "^/[^\\x00]*$",
         },
         "python_version": {
@@ -63,12 +66,11 @@ REPORT_SCHEMA: dict[str, Any] = {
         "framework": {
             "description": "The deep-learning framework the repo runs on.",
             "type": ["object", "null"],
-            "required": ["name"],
             "additionalProperties": True,
             "properties": {
                 "name": {
                     "description": "torch, jax, tensorflow, or another framework's import name.",
-                    "type": "string",
+                    "type": ["string", "null"],
                     "minLength": 1,
                     "examples": ["torch", "jax", "tensorflow"],
                 },
@@ -98,7 +100,7 @@ REPORT_SCHEMA: dict[str, Any] = {
         },
         "notes": {
             "description": "Free text for humans.",
-            "type": "string",
+            "type": ["string", "null"],
         },
     },
 }

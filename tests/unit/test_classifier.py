@@ -12,6 +12,7 @@ import pytest
 from resenv.probes.classifier import (
     CATEGORIES,
     EVIDENCE_CHARS,
+    NOT_INFERRED,
     RULES,
     SCAN_CHARS,
     Classification,
@@ -45,7 +46,7 @@ def test_fixture_set_is_complete() -> None:
     on_disk = {path.name for path in FIXTURES.glob("*.txt")}
     assert on_disk == set(EXPECTED), "every fixture has an expected category and vice versa"
     assert set(EXPECTED.values()) <= set(CATEGORIES)
-    inferable = set(CATEGORIES) - {"infra", "missing_report", "invalid_report"}
+    inferable = set(CATEGORIES) - set(NOT_INFERRED)
     assert inferable <= set(EXPECTED.values()), "each category the text can decide has a real fixture"
 
 
@@ -191,7 +192,9 @@ def test_unmatched_failure_is_runtime_default() -> None:
 
 
 def test_inferred_categories_never_include_engine_or_audit_ones() -> None:
-    assert {rule.category for rule in RULES} <= set(CATEGORIES) - {"infra", "missing_report", "invalid_report"}
+    assert set(NOT_INFERRED) == {"infra", "missing_report", "invalid_report", "no_interpreter"}
+    assert set(NOT_INFERRED) <= set(CATEGORIES)
+    assert {rule.category for rule in RULES} <= set(CATEGORIES) - set(NOT_INFERRED)
     assert len({rule.name for rule in RULES}) == len(RULES)
 
 

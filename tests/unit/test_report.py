@@ -62,7 +62,22 @@ def call_with_deadline(fn, *, unblock_fifo: Path | None = None, seconds: float =
 def test_schema_is_valid_draft_2020_12() -> None:
     Draft202012Validator.check_schema(REPORT_SCHEMA)
     assert REPORT_SCHEMA["additionalProperties"] is True
-    assert REPORT_SCHEMA["required"] == ["python_path"]
+    assert REPORT_SCHEMA.get("required", []) == []  # every field may be absent: no claim
+
+
+def test_every_field_may_be_null_or_absent(sandbox: Path) -> None:
+    """null or absent is no claim, never an invalid report: not even for python_path or notes."""
+    for doc in ({}, {"notes": None}, {"python_path": None}, {"framework": {}},
+                {"framework": {"name": None, "version": None}},
+                {key: None for key in REPORT_SCHEMA["properties"]}):
+        write(sandbox / "work/report.json", doc)
+        r = load(sandbox)
+        assert (r.status, r.category, r.errors) == ("ok", None, []), doc
+        assert r.report == doc
+    nested = {"python_path": "/p/bin/python", "framework": {"name": "torch", "version": None},
+              "packages": {"torch": None}, "notes": None}
+    write(sandbox / "work/report.json", nested)
+    assert load(sandbox).status == "ok"
 
 
 def test_minimal_report_is_ok(sandbox: Path) -> None:
@@ -240,11 +255,10 @@ def test_wrong_types_are_all_listed_sorted_by_path(sandbox: Path) -> None:
     assert r.status == "invalid" and r.report is None
     assert r.errors == [
         'cuda_available: expected boolean or null, got "yes"',
-        "framework.name: required property is missing",
         "framework.version: expected string or null, got 2",
         'gpu_count: expected integer or null, got "two"',
         "packages.torch: expected string or null, got 2.1",
-        "python_path: expected string, got 3",
+        "python_path: expected string or null, got 3",
     ]
 
 
@@ -257,9 +271,10 @@ def test_other_constraints(sandbox: Path) -> None:
         "gpu_count: expected a value >= 0, got -1",
         'python_path: expected an absolute path, got "bin/python"',
     ]
-    write(sandbox / "work/report.json", {"gpu_count": True})
+    write(sandbox / "work/report.json", {"gpu_count": True, "notes": 3, "python_path": 7})
     assert load(sandbox).errors == ["gpu_count: expected integer or null, got true",
-                                    "python_path: required property is missing"]
+                                    "notes: expected string or null, got 3",
+                                    "python_path: expected string or null, got 7"]
 
 
 def test_duplicate_keys_are_invalid(sandbox: Path) -> None:

@@ -1,0 +1,92 @@
+"""The engine's side of C2 and C5 (engine/tiers.py): which interpreter and framework the tiers judge,
+and what the audit is given, on a fake attempt (no sandbox, no GPU, no pyright)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from resenv.engine import tiers
+from resenv.engine.gpuinfo import DriverInfo
+from resenv.engine.tiers import TierRunner
+from resenv.probes.c0 import C0Result
+from resenv.probes.report import load_report
+
+
+def git_repo(root: Path, files: dict[str, str]) -> tuple[Path, str]:
+    """A real git repository holding `files` in one commit: (its .git dir, the commit)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    env = {"GIT_CONFIG_NOSYSTEM": "1", "HOME": str(root), "PATH": "/usr/bin:/bin"}
+    ident = ["-c", "user.name=t", "-c", "user.email=t@localhost"]
+    for argv in (["init", "-q"], ["add", "-A"], [*ident, "commit", "-q", "-m", "repo"]):
+        subprocess.run(["git", *argv], cwd=root, check=True, env=env)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, check=True, env=env, capture_output=True,
+                            text=True).stdout.strip()
+    return root / ".git", commit
+
+
+def make_runner(tmp_path: Path, report: Any = None, *, gpus: tuple[int, ...] = (0,),
+                selected: tuple[str, ...] = ("C0", "C2", "C5"), driver_cuda: str | None = "12.4",
+                repo_files: dict[str, str] | None = None) -> TierRunner:
+    """A TierRunner on a fake attempt whose report.json holds `report` (None: no report.json at all)."""
+    work = tmp_path / "work"
+    work.mkdir(parents=True, exist_ok=True)
+    if report is not None:
+        (work / "report.json").write_text(report if isinstance(report, str) else json.dumps(report))
+    pristine = None
+    if repo_files is not None:
+        git_dir, commit = git_repo(tmp_path / "pristine", repo_files)
+        pristine = SimpleNamespace(path=git_dir, commit=commit)
+    repo = SimpleNamespace(tiers=lambda: {}, assets=())
+    bench = SimpleNamespace(tier_timeout=lambda repo, tier: 60.0)
+    ctx = SimpleNamespace(suite=SimpleNamespace(repo=lambda repo_id: repo), bench=bench)
+    attempt = SimpleNamespace(
+        ctx=ctx, job={"repo_id": "r", "id": 1}, lease=SimpleNamespace(gpus=gpus), pristine=pristine,
+        paths=SimpleNamespace(workdir=work, repo=work / "repo", report=work / "report.json"),
+        sandbox=SimpleNamespace(), base=tmp_path / "attempt")
+    runner = TierRunner(attempt, selected, DriverInfo("550.54", driver_cuda))  # type: ignore[arg-type]
+    runner.state.report = load_report(work / "report.json", sandbox_root=work)
+    python = (runner.state.report.report or {}).get("python_path")
+    runner.state.python = python if isinstance(python, str) else None
+    return runner
+
+
+# -- no interpreter ------------------------------------------------------------------------------
+@pytest.mark.parametrize(("report", "category"), [
+    ({"python_path": None, "notes": None}, "no_interpreter"),
+    ({"notes": "could not build it"}, "no_interpreter"),
+    (None, "missing_report"),
+    ("{not json", "invalid_report"),
+])
+def test_a_tier_without_an_interpreter_fails_with_a_clear_category(tmp_path: Path, report: Any,
+                                                                   category: str) -> None:
+    runner = make_runner(tmp_path, report)
+    result = runner._no_interpreter("C1")
+    assert result is not None and (result.status, result.category) == ("fail", category)
+    assert result.evidence["reason"]
+
+
+@pytest.mark.parametrize(("report", "category"), [
+    ({"python_path": None}, "no_interpreter"),
+    (None, "missing_report"),
+])
+async def test_c0_without_an_interpreter_uses_the_same_category(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                report: Any, category: str) -> None:
+    async def broken_interpreter(python: str, repo_dir: Path, census: Any, **_: Any) -> C0Result:
+        return C0Result(status="fail", category="entrypoint_not_found", missing=["torch"], missing_source=[],
+                        paper_ratio=0.0, third_party_ratio=0.0, command=[python], duration_s=0.0,
+                        pyright_version="1.1.414", interpreter_ok=False, log_tail="")
+
+    monkeypatch.setattr(tiers, "run_c0", broken_interpreter)
+    runner = make_runner(tmp_path, report, repo_files={"main.py": "import torch\n"})
+    result = await runner._tier_c0()
+    assert (result.status, result.category) == ("fail", category)
+    assert result.evidence["census"]["third_party"] == 1
