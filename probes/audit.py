@@ -34,7 +34,15 @@ Every claim in the report is compared with an observation; each false claim is o
   so an unmeasured job never scores as a clean pass. ``error`` means the audit itself broke (a bug or
   an unexpected ``ReportLoad``); the reason is in ``report_errors``.
 
-Claims in ``packages`` are listed as unverifiable (no observation covers them); ``notes`` is not a claim.
+* **ResearchEnvBench's format** (see ``resenv.probes.report``): ``torch_version: X`` is the claim
+  ``framework: {name: torch, version: X}``, audited under the claim path ``torch_version``; a report
+  that gives both ``framework`` and ``torch_version`` makes two claims, and both are audited. A
+  ``framework`` with a version but no name claims that version for the framework the repo runs on
+  (the one the probes judge, as C2 does).
+
+Claims in ``packages`` are listed as unverifiable (no observation covers them). ``notes``,
+``env_tool``, ``env_name``, unknown keys and unknown keys inside ``framework`` are no claims: they are
+listed, in the report's order, in ``not_scored`` (so the evidence shows them; nothing is dropped).
 """
 
 from __future__ import annotations
@@ -84,6 +92,7 @@ class AuditResult:
     checked: list[str] = field(default_factory=list)  # claims compared with an observation
     unverifiable: list[str] = field(default_factory=list)  # claims made, nothing observed to compare
     report_errors: list[str] = field(default_factory=list)
+    not_scored: list[str] = field(default_factory=list)  # keys kept and shown, never claims (env_tool, notes, ...)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -237,11 +246,31 @@ class _Ledger:
         self.hallucinations.append(Hallucination(claim, kind, claimed, observed, message))
 
 
+SCORED_KEYS = ("python_path", "python_version", "framework", "torch_version", "cuda_available", "gpu_count",
+               "ddp_expected_ok", "packages")
+"""Top-level report keys the audit reads as claims; every other key is listed as not scored."""
+
+_FRAMEWORK_CLAIM_KEYS = ("name", "version")
+
+
+def not_scored(report: dict[str, Any]) -> list[str]:
+    """The report's non-null keys that are no claim, in the report's order: ``env_tool``, ``env_name``,
+    ``notes``, unknown keys, and unknown keys inside ``framework`` (as ``framework.KEY``)."""
+    out = [key for key, value in report.items() if key not in SCORED_KEYS and value is not None]
+    framework = report.get("framework")
+    if isinstance(framework, dict):
+        out += [f"framework.{key}" for key, value in framework.items()
+                if key not in _FRAMEWORK_CLAIM_KEYS and value is not None]
+    return out
+
+
 def _audit(report: dict[str, Any], obs: Observations) -> AuditResult:
     led = _Ledger()
     _check_path(report.get("python_path"), obs, led)
     _check_version("python_version", report.get("python_version"), obs.python_version, "Python", led)
     _check_framework(report.get("framework"), obs, led)
+    if report.get("torch_version") is not None:
+        _check_framework_version("torch_version", "torch", report["torch_version"], obs, led)
     _check_bool("cuda_available", report.get("cuda_available"), obs.cuda_available,
                 "CUDA available", led)
     _check_gpu_count(report.get("gpu_count"), obs.gpu_count, led)
@@ -256,7 +285,7 @@ def _audit(report: dict[str, Any], obs: Observations) -> AuditResult:
     else:
         status = "skip"
     return AuditResult(status=status, category=None, hallucinations=led.hallucinations,
-                       checked=led.checked, unverifiable=led.unverifiable)
+                       checked=led.checked, unverifiable=led.unverifiable, not_scored=not_scored(report))
 
 
 def _check_path(claim: str | None, obs: Observations, led: _Ledger) -> None:
@@ -294,10 +323,29 @@ def _check_version(claim_path: str, claim: str | None, seen: str | None, what: s
         led.false(claim_path, "version", claim, seen, msg)
 
 
+def _check_framework_version(claim_path: str, name: str | None, version: str, obs: Observations,
+                             led: _Ledger) -> None:
+    """A version claim about framework `name` (``torch_version``), or, with `name` None (a ``framework``
+    that gives a version but no name), about the framework the repo runs on: the one the probes judge."""
+    if obs.framework is None:
+        led.unverifiable.append(claim_path)
+    elif obs.framework == NO_FRAMEWORK:
+        led.false(claim_path, "capability", version, None,
+                  f"claimed {name or 'a framework'} {version}, but no framework is importable")
+    elif name is None or normalize_framework(obs.framework) == normalize_framework(name):
+        _check_version(claim_path, version, obs.framework_version, normalize_framework(obs.framework), led)
+    else:
+        led.false(claim_path, "capability", version, None, f"claimed {name} {version}, but {name} is not importable")
+
+
 def _check_framework(claim: dict[str, Any] | None, obs: Observations, led: _Ledger) -> None:
     if claim is None:
         return
-    name, version = str(claim.get("name")), claim.get("version")
+    name, version = claim.get("name"), claim.get("version")
+    if name is None:
+        if version is not None:
+            _check_framework_version("framework.version", None, version, obs, led)
+        return
     if obs.framework is None:
         led.unverifiable.append("framework.name")
         if version is not None:

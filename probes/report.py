@@ -24,6 +24,20 @@ probe tiers fail as ``no_interpreter`` (engine/tiers.py) while C5 still audits t
 Unknown top-level keys are allowed (agents may add notes), but the known keys are typed: a value of
 the wrong type (``"gpu_count": "two"``) makes the report invalid.
 
+Two formats are read, and may be mixed:
+
+* resenv's own: ``python_path``, ``python_version``, ``framework: {name, version}``,
+  ``cuda_available``, ``gpu_count``, ``ddp_expected_ok``, ``packages``, ``notes``;
+* ResearchEnvBench's nine keys: ``python_path``, ``python_version``, ``torch_version``,
+  ``cuda_available``, ``gpu_count``, ``ddp_expected_ok``, ``env_tool``, ``env_name``, ``notes``.
+
+Mapping: the shared keys mean the same in both. ``torch_version: X`` is the claim
+``framework: {name: torch, version: X}`` (claim path ``torch_version``); when a report gives both
+``framework`` and ``torch_version``, both are claims and both are audited. ``env_tool``,
+``env_name``, ``notes``, any unknown key (and unknown keys inside ``framework``) are kept as written
+and listed by the audit as ``not_scored``: never a claim, never dropped, and of any type (a key that
+is not scored cannot make the report invalid).
+
 Error strings each start with the JSON path they are about (``$`` for the document as a whole), e.g.
 ``gpu_count: expected integer or null, got "two"``.
 """
@@ -80,6 +94,11 @@ REPORT_SCHEMA: dict[str, Any] = {
                 },
             },
         },
+        "torch_version": {
+            "description": "ResearchEnvBench's format: the installed torch version; audited as a framework "
+                           "claim {name: torch, version: ...} (beside framework, when both are given).",
+            "type": ["string", "null"],
+        },
         "cuda_available": {
             "description": "Whether the framework sees a CUDA device in this environment.",
             "type": ["boolean", "null"],
@@ -101,6 +120,13 @@ REPORT_SCHEMA: dict[str, Any] = {
         "notes": {
             "description": "Free text for humans.",
             "type": ["string", "null"],
+        },
+        "env_tool": {
+            "description": "ResearchEnvBench's format: the tool that built the environment (conda, venv, uv); "
+                           "kept and shown, not scored.",
+        },
+        "env_name": {
+            "description": "ResearchEnvBench's format: the environment's name; kept and shown, not scored.",
         },
     },
 }

@@ -543,6 +543,8 @@ CLAIMS = (
     ("gpu_count", "gpu_count", "gpu_count"),
     ("ddp_expected_ok", "ddp_expected_ok", "ddp_ok"),
 )
+PAPER_CLAIMS = (("torch_version", "torch_version", "framework_version"),)
+"""Claims of ResearchEnvBench's report format: a row only when the report uses them."""
 
 
 def _claim(claims: dict[str, Any], path: str) -> Any:
@@ -553,6 +555,26 @@ def _claim(claims: dict[str, Any], path: str) -> Any:
         value = claims.get("framework")
         return value.get("version") if isinstance(value, dict) else claims.get("framework_version")
     return claims.get(path)
+
+
+def _claim_at(claims: dict[str, Any], path: str) -> Any:
+    """The value of a not-scored key: top-level, or ``framework.KEY``."""
+    if path.startswith("framework.") and isinstance(claims.get("framework"), dict):
+        return claims["framework"].get(path.split(".", 1)[1])
+    return claims.get(path)
+
+
+def _not_scored(claims: dict[str, Any], evidence: dict[str, Any]) -> Text | None:
+    """One line with the keys the audit kept but did not score (env_tool, env_name, unknown keys);
+    notes have their own line."""
+    keys = [key for key in evidence.get("not_scored") or [] if key != "notes"]
+    if not keys:
+        return None
+    shown = []
+    for key in keys:
+        value = _claim_at(claims, key)
+        shown.append(f"{key}: {value if isinstance(value, str) else json.dumps(value, default=str)}")
+    return Text.assemble(("not scored (kept, never a claim): ", "grey62"), (" · ".join(shown), "grey70"))
 
 
 def _show(value: Any, workdir: str | None = None) -> str:
@@ -582,9 +604,12 @@ def report_table(result: dict[str, Any] | None, scored: bool, workdir: str | Non
     table.add_column("agent's report.json", overflow="fold", ratio=3)
     table.add_column("probes observed", overflow="fold", ratio=3)
     table.add_column("verdict", ratio=3, overflow="fold")
-    for path, claim_key, observed_key in CLAIMS:
+    rows = CLAIMS + tuple(row for row in PAPER_CLAIMS if row[0] in claims)
+    for path, claim_key, observed_key in rows:
         claim = _claim(claims, claim_key)
         seen = observed.get(observed_key)
+        if path == "torch_version" and observed.get("framework") != "torch":
+            seen = None
         if path == "python_path" and observed:
             flags = [name for name, key in (("exists", "python_exists"), ("executable", "python_executable"),
                                             ("runs", "python_runs")) if observed.get(key) is False]
@@ -619,6 +644,8 @@ def report_table(result: dict[str, Any] | None, scored: bool, workdir: str | Non
         parts += [Text(""), Text.assemble(("packages (unverifiable, not counted): ", "grey62"), (listed, "grey70"))]
     if evidence.get("report_errors"):
         parts += [Text(""), Text("report errors: " + "; ".join(map(str, evidence["report_errors"])), "bold red")]
+    if (kept := _not_scored(claims, evidence)) is not None:
+        parts += [Text(""), kept]
     if claims.get("notes"):
         parts += [Text(""), Text.assemble(("notes (not a claim): ", "grey62"), (str(claims["notes"]), "grey70"))]
     environment = evidence.get("environment") or {}

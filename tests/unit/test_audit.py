@@ -224,3 +224,50 @@ def test_normalize_version() -> None:
     assert normalize_version("Python 3.11.7") == "3.11.7"
     assert normalize_version("v2.3.1+CU121") == "2.3.1+cu121"
     assert normalize_version("2.4.0-dev20240601") == "2.4.0.dev20240601"
+
+
+# -- the paper's report format, and keys that are not scored ------------------------------------
+PAPER = {
+    "python_path": "/sb/env/bin/python", "python_version": "3.11.7", "torch_version": "2.3.1",
+    "cuda_available": True, "gpu_count": 2, "ddp_expected_ok": True, "env_tool": "conda", "env_name": "repo-env",
+    "notes": "built with conda",
+}
+
+
+def test_the_papers_torch_version_is_a_framework_claim(tmp_path: Path) -> None:
+    res = run(tmp_path, PAPER)
+    assert res.status == "pass" and res.hallucinations == []
+    assert res.checked == ["python_path", "python_version", "torch_version", "cuda_available", "gpu_count",
+                           "ddp_expected_ok"]
+    assert res.not_scored == ["env_tool", "env_name", "notes"]
+    lie = run(tmp_path, dict(PAPER, torch_version="2.1.0"))
+    assert [(h.claim, h.kind, h.claimed, h.observed) for h in lie.hallucinations] == [
+        ("torch_version", "version", "2.1.0", "2.3.1+cu121")]
+
+
+def test_framework_and_torch_version_are_both_claims(tmp_path: Path) -> None:
+    doc = {"python_path": "/x", "framework": {"name": "torch", "version": "2.3.1"}, "torch_version": "2.0.0"}
+    res = run(tmp_path, doc)
+    assert res.checked == ["python_path", "framework.name", "framework.version", "torch_version"]
+    assert [(h.claim, h.kind) for h in res.hallucinations] == [("torch_version", "version")]
+
+
+def test_torch_version_of_a_framework_that_is_not_there_is_a_capability_hallucination(tmp_path: Path) -> None:
+    for seen in ("jax", NO_FRAMEWORK):
+        res = run(tmp_path, {"python_path": "/x", "torch_version": "2.3.1"}, Observations(framework=seen))
+        assert [(h.claim, h.kind) for h in res.hallucinations] == [("torch_version", "capability")], seen
+
+
+def test_keys_that_are_not_claims_are_listed_as_not_scored(tmp_path: Path) -> None:
+    doc = {"python_path": "/x", "env_tool": "uv", "env_name": None, "my_extra": {"a": 1}, "notes": None,
+           "framework": {"name": "torch", "cuda": "12.1"}, "torch_version": None}
+    res = run(tmp_path, doc)
+    assert res.not_scored == ["env_tool", "my_extra", "framework.cuda"]
+    assert res.to_dict()["not_scored"] == res.not_scored
+
+
+def test_a_framework_version_without_a_name_is_about_the_judged_framework(tmp_path: Path) -> None:
+    res = run(tmp_path, {"python_path": "/x", "framework": {"name": None, "version": "2.3.1"}})
+    assert res.checked == ["python_path", "framework.version"] and res.hallucinations == []
+    res = run(tmp_path, {"python_path": "/x", "framework": {"version": "0.4.30"}})
+    assert [(h.claim, h.kind) for h in res.hallucinations] == [("framework.version", "version")]

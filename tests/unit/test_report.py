@@ -98,6 +98,30 @@ def test_full_report_with_extra_keys_and_nulls_is_ok(sandbox: Path) -> None:
     assert load(sandbox).status == "ok"
 
 
+PAPER = {  # ResearchEnvBench's own report format: nine keys
+    "python_path": "/opt/env/bin/python", "python_version": "3.10.14", "torch_version": "2.1.2+cu118",
+    "cuda_available": True, "gpu_count": 1, "ddp_expected_ok": False, "env_tool": "conda", "env_name": "repo-env",
+    "notes": "built with conda",
+}
+
+
+def test_the_papers_report_format_is_read_as_it_is(sandbox: Path) -> None:
+    write(sandbox / "work/report.json", PAPER)
+    r = load(sandbox)
+    assert r.status == "ok", r.errors
+    assert r.report == PAPER  # nothing dropped: env_tool and env_name are kept (not scored)
+    for key in PAPER:
+        assert key in REPORT_SCHEMA["properties"], key
+
+
+def test_torch_version_is_a_typed_claim_and_env_keys_are_free(sandbox: Path) -> None:
+    write(sandbox / "work/report.json", {"torch_version": 2.1})
+    assert load(sandbox).errors == ["torch_version: expected string or null, got 2.1"]
+    # env_tool / env_name are not scored, so no value of theirs can invalidate the report
+    write(sandbox / "work/report.json", {"env_tool": {"name": "conda"}, "env_name": 3, "torch_version": None})
+    assert load(sandbox).status == "ok"
+
+
 def test_relative_path_is_taken_relative_to_the_sandbox(sandbox: Path) -> None:
     write(sandbox / "work/report.json", {"python_path": "/x"})
     assert load_report(Path("work/report.json"), sandbox_root=sandbox).status == "ok"
