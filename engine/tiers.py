@@ -9,17 +9,20 @@ with its reason; a tier the host has too few GPUs for is `skip`/`insufficient_ha
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import socket
+import subprocess
 import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..probes.audit import NO_FRAMEWORK, Observations, audit
+from ..probes.audit import Observations, audit
 from ..probes.c0 import run_c0
+from ..probes.c2 import judge_c2, primary_framework, read_frameworks
 from ..probes.census import Census, files_at_commit, import_census
 from ..probes.classifier import classify
 from ..probes.kit import SCRIPTS, script_source
@@ -239,11 +242,28 @@ class TierRunner:
                               {"reason": f"needs {needed} GPU(s), host gave {leased}", "needed": needed, "leased": leased})
         return None
 
-    # -- C0 ---------------------------------------------------------------------------------
-    async def _tier_c0(self) -> TierResult:
+    # -- the import census, shared by C0, C2 and C5 -------------------------------------------
+    @functools.cached_property
+    def census(self) -> Census:
+        """The import census of the pinned commit, computed once per runner: C0 counts its imports,
+        C2 and C5 read from it which frameworks the repo runs on."""
         pristine = self.attempt.pristine
         assert pristine is not None
-        census = import_census(files_at_commit(pristine.path, pristine.commit))
+        return import_census(files_at_commit(pristine.path, pristine.commit))
+
+    def _framework_census(self) -> tuple[Census | None, str | None]:
+        """The census for choosing the framework C2 judges, or (None, why) when there is none: the
+        choice then falls back to the first importable framework instead of failing the tier."""
+        if self.attempt.pristine is None:
+            return None, "no pristine copy of the repo"
+        try:
+            return self.census, None
+        except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as error:
+            return None, f"the import census failed: {type(error).__name__}: {error}"
+
+    # -- C0 ---------------------------------------------------------------------------------
+    async def _tier_c0(self) -> TierResult:
+        census = self.census
         python = self.state.python or str(self.attempt.paths.workdir / "no-interpreter-reported")
         repo_dir = self.attempt.paths.repo
         sandbox = self.attempt.sandbox
@@ -393,31 +413,45 @@ class TierRunner:
 
     # -- C2: CUDA alignment -----------------------------------------------------------------
     async def _tier_c2(self) -> TierResult:
+        """The framework the repo runs on sees the leased GPU with a CUDA build the driver supports.
+
+        The probe observes every framework; which one(s) C2 judges is `probes/c2.py`'s rule: those the
+        repo's import census imports (all that it imports unconditionally), else the first importable
+        in the order torch, jax, tensorflow - so a CPU-only torch beside a CUDA JAX does not fail a JAX
+        repo. The probe's output comes from the agent's interpreter: a field of the wrong type fails
+        the tier (`runtime`, the problems in `probe_errors`), never raises.
+        """
         if (missing := self._missing_gpus("C2")) is not None:
             return missing
         if (failed := self._no_interpreter("C2")) is not None:
             return failed
         observed = self.state.frameworks or {}
-        driver = asdict(self.driver) if self.driver else None
-        evidence = {"framework": observed, "driver": driver}
-        if observed.get("_exit", 0) != 0:
-            verdict = classify(observed.get("_output", ""), returncode=observed.get("_exit"),
+        evidence: dict[str, Any] = {"driver": asdict(self.driver) if self.driver else None}
+        if observed.get("_exit", 0) != 0:  # set by the engine: the probe itself failed
+            output = observed.get("_output")
+            verdict = classify(output if isinstance(output, str) else "", returncode=observed.get("_exit"),
                                timed_out=bool(observed.get("_timed_out")), tier="C2")
-            return TierResult("C2", "fail", verdict.category, evidence | {"evidence_line": verdict.evidence})
-        if not observed.get("framework"):
-            return TierResult("C2", "fail", "deps_missing", evidence | {"reason": "no torch, JAX or TensorFlow imports"})
-        if observed.get("error"):
-            verdict = classify(observed["error"], returncode=1, tier="C2")
-            return TierResult("C2", "fail", verdict.category, evidence | {"reason": observed["error"]})
-        if not observed.get("cuda_build"):
-            return TierResult("C2", "fail", "cuda_mismatch", evidence | {"reason": "framework has no CUDA build"})
-        supported = cuda_supported(observed.get("cuda_build"), self.driver.cuda_version if self.driver else None)
-        if supported is False:
-            return TierResult("C2", "fail", "cuda_mismatch", evidence | {
-                "reason": f"framework built for CUDA {observed['cuda_build']}, driver supports {self.driver.cuda_version}"})
-        if not observed.get("cuda_available") or not observed.get("device_count"):
-            return TierResult("C2", "fail", "no_gpu", evidence | {"reason": "framework sees no GPU"})
-        return TierResult("C2", "pass", None, evidence)
+            return TierResult("C2", "fail", verdict.category,
+                              evidence | {"framework": observed, "evidence_line": verdict.evidence})
+        seen, problems = read_frameworks(observed)
+        if seen is None:
+            return TierResult("C2", "fail", "runtime", evidence | {
+                "reason": "the framework probe printed a malformed observation: " + "; ".join(problems[:5]),
+                "probe_errors": problems, "frameworks": observed.get("frameworks")})
+        census, census_note = self._framework_census()
+        verdict = judge_c2(seen, census, driver_cuda=self.driver.cuda_version if self.driver else None,
+                           cuda_supported=cuda_supported)
+        table = observed["frameworks"]
+        evidence |= {"framework": table.get(verdict.framework), "frameworks": table, "judged": verdict.judged,
+                     "judged_by": verdict.basis, "verdicts": verdict.verdicts}
+        if census_note:
+            evidence["census_error"] = census_note
+        if verdict.status == "pass":
+            return TierResult("C2", "pass", None, evidence)
+        evidence["reason"] = verdict.reason
+        if verdict.evidence_line:
+            evidence["evidence_line"] = verdict.evidence_line
+        return TierResult("C2", "fail", verdict.category, evidence)
 
     def _environment(self) -> dict[str, Any]:
         """Size of the agent's own environment: its prefix when that lies in the job's work dir.
@@ -435,26 +469,43 @@ class TierRunner:
 
     # -- C5: the report audit ---------------------------------------------------------------
     def _audit(self) -> TierResult:
+        """Audit the report's claims against what the probes observed (rules: probes/audit.py).
+
+        Everything the probes printed is read as hostile: a field of the wrong type is not used, and
+        it fails the audit (`runtime`) with the problems listed, never raises. A probe that did not
+        run or crashed observed nothing: the claims it would have checked are unverifiable.
+        """
         state = self.state
         assert state.report is not None
-        interpreter = state.interpreter or {}
-        frameworks = state.frameworks or {}
-        measured = frameworks.get("_exit") == 0
-        found = measured and bool(frameworks.get("framework")) and not frameworks.get("error")
+        problems: list[str] = []
+        interpreter = state.interpreter if isinstance(state.interpreter, dict) else {}
+        version = interpreter.get("version")
+        if version is not None and not isinstance(version, str):
+            problems.append(f"interpreter.version: expected a string, got {json.dumps(version, default=str)[:60]}")
+            version = None
+        seen, framework = None, None
+        raw = state.frameworks
+        if isinstance(raw, dict) and raw.get("_exit") == 0:
+            seen, framework_problems = read_frameworks(raw)
+            problems += framework_problems
+            if seen is not None:
+                framework = primary_framework(seen, self._framework_census()[0])
         c4 = state.results.get("C4")
         observed = Observations(
             python_path=state.python,
             python_exists=state.python_exists,
             python_executable=state.python_executable,
             python_runs=None if state.python is None else interpreter.get("_exit") == 0,
-            python_version=interpreter.get("version"),
-            framework=(frameworks.get("framework") or NO_FRAMEWORK) if measured else None,
-            framework_version=frameworks.get("version") if found else None,
-            cuda_available=frameworks.get("cuda_available") if found else None,
-            gpu_count=frameworks.get("device_count") if found else None,
+            python_version=version,
+            frameworks=seen,
+            framework=framework,
             ddp_ok=None if c4 is None or c4.status not in ("pass", "fail") else c4.status == "pass",
+            probe_errors=tuple(problems),
         )
         result = audit(state.report, observed)
+        prefix = interpreter.get("prefix")
+        environment = self._environment() if prefix is None or isinstance(prefix, str) else {
+            "prefix": None, "size_bytes": None, "reason": "the interpreter probe printed a prefix that is not a string"}
         evidence = asdict(result) | {"observed": asdict(observed), "claims": state.report.report,
-                                     "environment": self._environment()}
+                                     "environment": environment}
         return TierResult("C5", result.status, result.category, evidence)

@@ -28,6 +28,7 @@ from textual.widgets import (
 )
 from textual.widgets.option_list import Option
 
+from ..probes.audit import normalize_framework
 from . import data
 from .commands import BY_NAME, bindings_for, help_rows
 from .data import ALL_TIERS, Changes, JobView, RunFeed
@@ -547,6 +548,54 @@ PAPER_CLAIMS = (("torch_version", "torch_version", "framework_version"),)
 """Claims of ResearchEnvBench's report format: a row only when the report uses them."""
 
 
+def _framework_entry(observed: dict[str, Any], name: Any) -> dict[str, Any] | None:
+    table = observed.get("frameworks")
+    if not isinstance(table, dict) or not isinstance(name, str):
+        return None
+    entry = table.get(normalize_framework(name))
+    return entry if isinstance(entry, dict) else None
+
+
+def _framework_state(entry: dict[str, Any] | None, field: str) -> str:
+    if entry is None:
+        return "not observed"
+    if not entry.get("importable"):
+        if not entry.get("installed"):
+            return "not installed"
+        if field != "version" or entry.get("version") is None:
+            return "installed, does not import"
+    return _show(entry.get("version")) if field == "version" else f"{entry.get('name')} {_show(entry.get('version'))}"
+
+
+def _observed_for(path: str, claims: dict[str, Any], observed: dict[str, Any]) -> Any:
+    """What the probes saw for one claim: the observation of the framework the claim is about.
+
+    Evidence written before every framework was observed has no ``frameworks``: its flat keys are shown."""
+    if not isinstance(observed.get("frameworks"), dict):
+        legacy = {row_path: observed_key for row_path, _, observed_key in CLAIMS + PAPER_CLAIMS}
+        value = observed.get(legacy.get(path, path))
+        return value if path != "torch_version" or observed.get("framework") == "torch" else None
+    framework = claims.get("framework") if isinstance(claims.get("framework"), dict) else {}
+    named = framework.get("name")
+    if path == "framework.name":
+        return _framework_state(_framework_entry(observed, named), "name")
+    if path == "framework.version":
+        return _framework_state(_framework_entry(observed, named if named is not None else observed.get("framework")),
+                                "version")
+    if path == "torch_version":
+        return _framework_state(_framework_entry(observed, "torch"), "version")
+    if path in ("cuda_available", "gpu_count"):
+        if named is None and claims.get("torch_version") is not None:
+            named = "torch"
+        for name in (named, observed.get("framework")):
+            entry = _framework_entry(observed, name)
+            if entry is not None and entry.get("importable"):
+                value = entry.get("cuda_available" if path == "cuda_available" else "device_count")
+                return f"{entry.get('name')}: {_show(value)}"
+        return None
+    return observed.get(path)
+
+
 def _claim(claims: dict[str, Any], path: str) -> Any:
     if path == "framework":
         value = claims.get("framework")
@@ -605,11 +654,9 @@ def report_table(result: dict[str, Any] | None, scored: bool, workdir: str | Non
     table.add_column("probes observed", overflow="fold", ratio=3)
     table.add_column("verdict", ratio=3, overflow="fold")
     rows = CLAIMS + tuple(row for row in PAPER_CLAIMS if row[0] in claims)
-    for path, claim_key, observed_key in rows:
+    for path, claim_key, _ in rows:
         claim = _claim(claims, claim_key)
-        seen = observed.get(observed_key)
-        if path == "torch_version" and observed.get("framework") != "torch":
-            seen = None
+        seen = _observed_for(path, claims, observed)
         if path == "python_path" and observed:
             flags = [name for name, key in (("exists", "python_exists"), ("executable", "python_executable"),
                                             ("runs", "python_runs")) if observed.get(key) is False]

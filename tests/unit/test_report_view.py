@@ -40,3 +40,29 @@ def test_no_torch_version_row_when_the_report_has_none() -> None:
     evidence = {"claims": {"python_path": "/p"}, "checked": ["python_path"], "observed": {"python_path": "/p"}}
     text = text_of(report_table({"status": "pass", "evidence": evidence}, True))
     assert "torch_version" not in text and "not scored" not in text
+
+
+def test_each_framework_claim_is_shown_beside_the_observation_of_that_framework() -> None:
+    from dataclasses import asdict
+
+    from resenv.probes.audit import FrameworkSeen, Observations
+
+    observed = Observations(
+        python_path="/p", python_exists=True, python_executable=True, python_runs=True, framework="jax",
+        frameworks={"torch": FrameworkSeen("torch", True, True, version="2.3.1+cpu", cuda_available=False,
+                                           device_count=0),
+                    "jax": FrameworkSeen("jax", True, True, version="0.4.30", cuda_build="12.3", cuda_available=True,
+                                         device_count=1),
+                    "tensorflow": FrameworkSeen("tensorflow", False, False, error="ModuleNotFoundError")})
+    claims = {"python_path": "/p", "framework": {"name": "tensorflow", "version": "2.16.1"}, "torch_version": "2.3.1",
+              "cuda_available": True, "gpu_count": 1}
+    evidence = {"claims": claims, "observed": asdict(observed), "checked": [], "unverifiable": []}
+    lines = text_of(report_table({"status": "fail", "evidence": evidence}, True)).splitlines()
+
+    def row(name: str) -> str:
+        return next(line for line in lines if line.startswith(name + " "))
+
+    assert "not installed" in row("framework.name") and "not installed" in row("framework.version")
+    assert "2.3.1+cpu" in row("torch_version")
+    # tensorflow does not import, so the GPU claims are about JAX, the framework the repo runs on
+    assert "jax: true" in row("cuda_available") and "jax: 1" in row("gpu_count")

@@ -90,3 +90,84 @@ async def test_c0_without_an_interpreter_uses_the_same_category(tmp_path: Path, 
     result = await runner._tier_c0()
     assert (result.status, result.category) == ("fail", category)
     assert result.evidence["census"]["third_party"] == 1
+
+
+# -- C2: the framework the repo runs on, from a hostile probe output ------------------------------
+def fw(name: str, **fields: Any) -> dict[str, Any]:
+    """One framework as the probe prints it: not installed unless `fields` say otherwise."""
+    base = {"name": name, "installed": False, "importable": False, "version": None, "cuda_build": None,
+            "cuda_available": None, "device_count": None, "devices": [], "error": f"ModuleNotFoundError: {name}"}
+    if fields.get("importable"):
+        base |= {"installed": True, "error": None}
+    return base | fields
+
+
+def probe_output(**entries: dict[str, Any]) -> dict[str, Any]:
+    return {"frameworks": {name: entries.get(name) or fw(name) for name in ("torch", "jax", "tensorflow")},
+            "_exit": 0}
+
+
+CPU_TORCH = fw("torch", importable=True, version="2.3.1+cpu", cuda_available=False, device_count=0)
+CUDA_TORCH = fw("torch", importable=True, version="2.3.1+cu121", cuda_build="12.1", cuda_available=True,
+                device_count=1, devices=["NVIDIA H200"])
+CUDA_JAX = fw("jax", importable=True, version="0.4.30", cuda_build="12.3", cuda_available=True, device_count=1,
+              devices=["NVIDIA H200"])
+PY = {"python_path": "/w/env/bin/python"}
+
+
+async def test_c2_judges_the_framework_the_repo_imports(tmp_path: Path) -> None:
+    runner = make_runner(tmp_path, PY, repo_files={"train.py": "import jax\n"})
+    runner.state.frameworks = probe_output(torch=CPU_TORCH, jax=CUDA_JAX)
+    result = await runner._tier_c2()
+    assert (result.status, result.category) == ("pass", None), result.evidence
+    assert result.evidence["judged"] == ["jax"] and result.evidence["framework"]["name"] == "jax"
+    assert result.evidence["framework"]["devices"] == ["NVIDIA H200"]
+    assert set(result.evidence["frameworks"]) == {"torch", "jax", "tensorflow"}
+    # the same environment for a torch repo: the CPU-only torch is what it runs on
+    runner = make_runner(tmp_path / "t", PY, repo_files={"train.py": "import torch\n"})
+    runner.state.frameworks = probe_output(torch=CPU_TORCH, jax=CUDA_JAX)
+    result = await runner._tier_c2()
+    assert (result.status, result.category, result.evidence["judged"]) == ("fail", "cuda_mismatch", ["torch"])
+
+
+@pytest.mark.parametrize("output", [
+    {"frameworks": {"torch": {"version": 3}}, "_exit": 0},
+    {"frameworks": [1, 2], "_exit": 0},
+    {"_exit": 0},
+    probe_output(torch=CUDA_TORCH | {"device_count": "1"}),
+    probe_output(torch=CUDA_TORCH | {"cuda_build": 12.1}),
+])
+async def test_c2_fails_clearly_on_a_malformed_probe_output(tmp_path: Path, output: dict[str, Any]) -> None:
+    runner = make_runner(tmp_path, PY, repo_files={"m.py": "import torch\n"})
+    runner.state.frameworks = output
+    result = await runner._tier_c2()
+    assert (result.status, result.category) == ("fail", "runtime")
+    assert result.evidence["reason"].startswith("the framework probe printed a malformed observation")
+    assert result.evidence["probe_errors"]
+
+
+async def test_c2_classifies_a_probe_that_did_not_finish(tmp_path: Path) -> None:
+    runner = make_runner(tmp_path, PY, repo_files={"m.py": "import torch\n"})
+    runner.state.frameworks = {"_exit": 1, "_timed_out": False,
+                               "_output": "Traceback (most recent call last):\nImportError: libcuda.so.1: cannot open shared object file: No such file or directory"}
+    result = await runner._tier_c2()
+    assert (result.status, result.category) == ("fail", "no_gpu")
+
+
+async def test_the_census_is_computed_once_per_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = []
+    real = tiers.import_census
+    monkeypatch.setattr(tiers, "import_census", lambda files: calls.append(1) or real(files))
+
+    async def passing(python: str, repo_dir: Path, census: Any, **_: Any) -> C0Result:
+        return C0Result(status="pass", category=None, missing=[], missing_source=[], paper_ratio=1.0,
+                        third_party_ratio=1.0, command=[python], duration_s=0.0, pyright_version="1.1.414",
+                        interpreter_ok=True, log_tail="")
+
+    monkeypatch.setattr(tiers, "run_c0", passing)
+    runner = make_runner(tmp_path, PY, repo_files={"train.py": "import jax\n"})
+    runner.state.frameworks = probe_output(jax=CUDA_JAX)
+    await runner._tier_c0()
+    await runner._tier_c2()
+    runner._audit()
+    assert calls == [1]
