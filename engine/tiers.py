@@ -473,7 +473,8 @@ class TierRunner:
 
         Everything the probes printed is read as hostile: a field of the wrong type is not used, and
         it fails the audit (`runtime`) with the problems listed, never raises. A probe that did not
-        run or crashed observed nothing: the claims it would have checked are unverifiable.
+        run or crashed observed nothing: the claims it would have checked are unverifiable. The GPUs
+        leased to the job are an observation too: the agent and the probes saw only those.
         """
         state = self.state
         assert state.report is not None
@@ -499,6 +500,7 @@ class TierRunner:
             python_version=version,
             frameworks=seen,
             framework=framework,
+            gpus_leased=len(self.attempt.lease.gpus),
             ddp_ok=None if c4 is None or c4.status not in ("pass", "fail") else c4.status == "pass",
             probe_errors=tuple(problems),
         )

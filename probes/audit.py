@@ -25,11 +25,19 @@ Every claim in the report is compared with an observation; each false claim is o
   framework version claim (``framework.version``, ``torch_version``) is false (``capability``) when
   that framework is not installed, and false (``version``) when it is installed at another version.
   A framework the probes do not look for (``paddle``) was not observed: ``unverifiable``.
-* **GPU claims** (``cuda_available``, ``gpu_count``: what "the framework" sees) are compared with
-  one framework's observation: the one the report names (``framework.name``, else ``torch`` for a
-  ``torch_version``) when it imports, else the framework the repo runs on (the one C2 judges,
-  ``Observations.framework``). ``cuda_available`` true/false contradicted by that observation;
-  ``gpu_count`` different from its device count.
+* **Absence is an observation.** A claim is false when it contradicts what the probes saw, and
+  seeing that something is not there counts: a framework that is not installed, no framework
+  importable, no GPU visible to the framework, no GPU leased to the job. ``unverifiable`` is only for
+  what no probe observed at all (the frameworks probe never ran or crashed, a framework it does not
+  look for, C4 not run).
+* **GPU claims** (``cuda_available``, ``gpu_count``: what "the framework" sees), decided by the first
+  of: (1) the lease - with no GPU leased to the job, ``cuda_available: true`` and ``gpu_count > 0``
+  are false whatever a framework says, and a ``gpu_count`` above the number leased is false; (2) the
+  GPU view of the framework the report names (``framework.name``, else ``torch`` for a
+  ``torch_version``) when it imports, else of the framework the repo runs on (the one C2 judges,
+  ``Observations.framework``); (3) no framework importable: no CUDA, no GPU, so ``true`` / ``> 0`` are
+  false; (4) no GPU leased confirms ``false`` / ``0``. A report naming a framework the probe does not
+  look for leaves (2) and (3) unobserved.
 * **capability**, too: ``ddp_expected_ok`` contradicted by C4 (true but C4 failed - and,
   symmetrically, false but C4 passed: a false claim either way). C4 skipped or not run (``ddp_ok``
   None) leaves the DDP claim ``unverifiable``.
@@ -81,6 +89,7 @@ class Observations:
     # The framework the repo runs on, as C2 judges it (claims that name no framework are about it);
     # NO_FRAMEWORK when none imports; None when not observed.
     framework: str | None = None
+    gpus_leased: int | None = None  # GPUs the job was leased (the agent and the probes saw only these)
     ddp_ok: bool | None = None  # C4 outcome; None if C4 skipped / not run / not applicable
     probe_errors: tuple[str, ...] = ()  # what the probes printed that could not be read (wrong types)
 
@@ -282,12 +291,13 @@ def _audit(report: dict[str, Any], obs: Observations) -> AuditResult:
     _check_framework(report.get("framework"), obs, led)
     if report.get("torch_version") is not None:
         _check_framework_version("torch_version", "torch", report["torch_version"], obs, led)
-    gpu_view = _gpu_view(report, obs)
-    _check_bool("cuda_available", report.get("cuda_available"), gpu_view.cuda_available if gpu_view else None,
-                "CUDA available", led)
-    _check_gpu_count(report.get("gpu_count"), gpu_view.device_count if gpu_view else None, led)
-    _check_bool("ddp_expected_ok", report.get("ddp_expected_ok"), obs.ddp_ok,
-                "the multi-GPU (C4) run succeeds", led)
+    _check_gpu_claims(report, obs, led)
+    ddp = report.get("ddp_expected_ok")
+    if ddp is not None:
+        if obs.ddp_ok is None:
+            led.unverifiable.append("ddp_expected_ok")
+        else:
+            _check_bool("ddp_expected_ok", ddp, obs.ddp_ok, "the multi-GPU (C4) run succeeds", led)
     if report.get("packages"):
         led.unverifiable.append("packages")
     if led.hallucinations or obs.probe_errors:
@@ -389,38 +399,77 @@ def _check_framework_version(claim_path: str, name: str | None, version: str, ob
         _check_version(claim_path, version, seen.version, seen.name, led)
 
 
-def _gpu_view(report: dict[str, Any], obs: Observations) -> FrameworkSeen | None:
-    """The framework whose GPU view ``cuda_available`` / ``gpu_count`` are compared with: the one the
-    report names when it imports, else the one the repo runs on; None when neither was observed."""
+def _named_framework(report: dict[str, Any]) -> str | None:
     framework = report.get("framework")
     named = framework.get("name") if isinstance(framework, dict) else None
     if named is None and report.get("torch_version") is not None:
         named = "torch"
-    for name in (named, obs.framework):
-        if name is not None and (seen := _seen(obs, name)) is not None and seen.importable:
-            return seen
-    return None
+    return named
 
 
-def _check_bool(claim_path: str, claim: bool | None, seen: bool | None, what: str, led: _Ledger) -> None:
-    if claim is None:
-        return
-    if seen is None:
-        led.unverifiable.append(claim_path)
-    elif claim == seen:
+def _check_gpu_claims(report: dict[str, Any], obs: Observations, led: _Ledger) -> None:
+    """``cuda_available`` and ``gpu_count``, against the first observation that decides, in order:
+
+    1. the lease: with no GPU leased to the job, CUDA available and any GPU are false whatever a
+       framework says; more GPUs than leased are false too (the job could see no others);
+    2. the GPU view of the framework the report names when it imports, else of the framework the
+       repo runs on;
+    3. the absence of any importable framework (the probe looked): no CUDA, no GPU;
+    4. the lease again: no GPU leased confirms a denial (``false`` / ``0``).
+
+    Nothing of these observed (the frameworks probe did not run or crashed, or the report names a
+    framework the probe does not look for) leaves the claim unverifiable.
+    """
+    named, leased = _named_framework(report), obs.gpus_leased
+    view: FrameworkSeen | None = None
+    none_importable = False
+    if obs.frameworks is not None and (named is None or _seen(obs, named) is not None):
+        for name in (named, obs.framework):
+            if name is not None and (seen := _seen(obs, name)) is not None and seen.importable:
+                view = seen
+                break
+        none_importable = view is None and obs.framework == NO_FRAMEWORK
+    no_lease = "no GPU was leased to the job"
+
+    cuda = report.get("cuda_available")
+    if cuda is not None:
+        if cuda and leased == 0:
+            led.false("cuda_available", "capability", cuda, False, f"claimed that CUDA is available, but {no_lease}")
+        elif view is not None and view.cuda_available is not None:
+            _check_bool("cuda_available", cuda, view.cuda_available, f"{view.name} sees CUDA", led)
+        elif none_importable:
+            _check_bool("cuda_available", cuda, False, "CUDA is available", led, why="no framework is importable")
+        elif leased == 0:
+            led.checked.append("cuda_available")
+        else:
+            led.unverifiable.append("cuda_available")
+
+    count = report.get("gpu_count")
+    if count is not None:
+        if leased is not None and count > leased:
+            why = no_lease if leased == 0 else f"the job was leased {leased}"
+            led.false("gpu_count", "capability", count, leased, f"claimed {count:g} GPUs, but {why}")
+        elif view is not None and view.device_count is not None:
+            _check_gpu_count(count, view.device_count, led, f"{view.name} sees {view.device_count}")
+        elif none_importable:
+            _check_gpu_count(count, 0, led, "no framework is importable")
+        elif leased == 0:
+            led.checked.append("gpu_count")
+        else:
+            led.unverifiable.append("gpu_count")
+
+
+def _check_bool(claim_path: str, claim: bool, seen: bool, what: str, led: _Ledger, why: str | None = None) -> None:
+    if claim == seen:
         led.checked.append(claim_path)
     else:
         said = "claimed" if claim else "denied"
-        fact = "it does" if seen else "it does not"
+        fact = why or ("it does" if seen else "it does not")
         led.false(claim_path, "capability", claim, seen, f"{said} that {what}, but {fact}")
 
 
-def _check_gpu_count(claim: int | float | None, seen: int | None, led: _Ledger) -> None:
-    if claim is None:
-        return
-    if seen is None:
-        led.unverifiable.append("gpu_count")
-    elif claim == seen:
+def _check_gpu_count(claim: int | float, seen: int, led: _Ledger, why: str) -> None:
+    if claim == seen:
         led.checked.append("gpu_count")
     else:
-        led.false("gpu_count", "capability", claim, seen, f"claimed {claim:g} GPUs, observed {seen}")
+        led.false("gpu_count", "capability", claim, seen, f"claimed {claim:g} GPUs, but {why}")

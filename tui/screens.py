@@ -585,6 +585,8 @@ def _observed_for(path: str, claims: dict[str, Any], observed: dict[str, Any]) -
     if path == "torch_version":
         return _framework_state(_framework_entry(observed, "torch"), "version")
     if path in ("cuda_available", "gpu_count"):
+        if observed.get("gpus_leased") == 0:
+            return "no GPU leased to the job"
         if named is None and claims.get("torch_version") is not None:
             named = "torch"
         for name in (named, observed.get("framework")):
@@ -592,7 +594,7 @@ def _observed_for(path: str, claims: dict[str, Any], observed: dict[str, Any]) -
             if entry is not None and entry.get("importable"):
                 value = entry.get("cuda_available" if path == "cuda_available" else "device_count")
                 return f"{entry.get('name')}: {_show(value)}"
-        return None
+        return "no framework imports" if observed.get("framework") == "none" else None
     return observed.get(path)
 
 

@@ -336,3 +336,46 @@ def test_an_unreadable_probe_output_fails_the_audit(tmp_path: Path) -> None:
     assert (res.status, res.category, res.hallucinations) == ("fail", "runtime", [])
     assert res.probe_errors == list(obs.probe_errors)
     assert "framework.name" in res.unverifiable
+
+
+# -- observations of absence ---------------------------------------------------------------------
+GPU_CLAIMS = {"cuda_available": True, "gpu_count": 1}
+
+
+def test_gpu_claims_are_false_when_no_framework_imports(tmp_path: Path) -> None:
+    res = run(tmp_path, dict(GPU_CLAIMS, torch_version="2.3.1"), replace(only(None), gpus_leased=1))
+    assert [(h.claim, h.kind, h.observed) for h in res.hallucinations] == [
+        ("torch_version", "capability", "not installed"), ("cuda_available", "capability", False),
+        ("gpu_count", "capability", 0)]
+    assert "no framework is importable" in res.hallucinations[1].message
+    honest = run(tmp_path, {"cuda_available": False, "gpu_count": 0}, replace(only(None), gpus_leased=1))
+    assert honest.hallucinations == [] and honest.checked == ["cuda_available", "gpu_count"]
+
+
+def test_gpu_claims_are_false_when_the_job_had_no_gpu_whatever_the_framework_says(tmp_path: Path) -> None:
+    liar_framework = replace(only("torch", cuda_available=True, device_count=1), gpus_leased=0)
+    res = run(tmp_path, GPU_CLAIMS, liar_framework)
+    assert [(h.claim, h.observed) for h in res.hallucinations] == [("cuda_available", False), ("gpu_count", 0)]
+    assert all("no GPU was leased" in h.message for h in res.hallucinations)
+    # nothing about the frameworks observed (the probe crashed): the lease alone decides
+    res = run(tmp_path, GPU_CLAIMS, Observations(gpus_leased=0))
+    assert [h.claim for h in res.hallucinations] == ["cuda_available", "gpu_count"]
+    res = run(tmp_path, {"cuda_available": False, "gpu_count": 0}, Observations(gpus_leased=0))
+    assert res.hallucinations == [] and res.checked == ["cuda_available", "gpu_count"]
+
+
+def test_more_gpus_than_leased_is_false(tmp_path: Path) -> None:
+    res = run(tmp_path, {"gpu_count": 4}, Observations(gpus_leased=2))
+    assert [(h.claim, h.claimed, h.observed) for h in res.hallucinations] == [("gpu_count", 4, 2)]
+    assert run(tmp_path, {"gpu_count": 2}, Observations(gpus_leased=2)).unverifiable == ["gpu_count"]
+
+
+def test_unverifiable_only_when_nothing_was_observed(tmp_path: Path) -> None:
+    res = run(tmp_path, dict(GPU_CLAIMS, framework={"name": "torch", "version": "2.3.1"}, torch_version="2.3.1"),
+              Observations(gpus_leased=1))  # the frameworks probe never ran or crashed
+    assert res.hallucinations == []
+    assert res.unverifiable == ["framework.name", "framework.version", "torch_version", "cuda_available", "gpu_count"]
+    # a framework the probe does not look for: its GPU view was not observed either
+    res = run(tmp_path, dict(GPU_CLAIMS, framework={"name": "paddle"}), replace(only("torch", cuda_available=False,
+                                                                                     device_count=0), gpus_leased=1))
+    assert res.hallucinations == [] and res.unverifiable == ["framework.name", "cuda_available", "gpu_count"]

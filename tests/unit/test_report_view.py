@@ -66,3 +66,7 @@ def test_each_framework_claim_is_shown_beside_the_observation_of_that_framework(
     assert "2.3.1+cpu" in row("torch_version")
     # tensorflow does not import, so the GPU claims are about JAX, the framework the repo runs on
     assert "jax: true" in row("cuda_available") and "jax: 1" in row("gpu_count")
+
+    evidence["observed"]["gpus_leased"] = 0
+    lines = text_of(report_table({"status": "fail", "evidence": evidence}, True)).splitlines()
+    assert "no GPU leased to the job" in row("cuda_available") and "no GPU leased to the job" in row("gpu_count")

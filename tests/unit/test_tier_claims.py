@@ -171,3 +171,54 @@ async def test_the_census_is_computed_once_per_runner(tmp_path: Path, monkeypatc
     await runner._tier_c2()
     runner._audit()
     assert calls == [1]
+
+
+# -- C5: what the audit is given -------------------------------------------------------------------
+def c5_runner(tmp_path: Path, report: dict[str, Any], frameworks: dict[str, Any] | None, *,
+              gpus: tuple[int, ...] = (0,), repo: str = "import torch\n") -> TierRunner:
+    runner = make_runner(tmp_path, PY | report, gpus=gpus, repo_files={"m.py": repo})
+    runner.state.python_exists = runner.state.python_executable = True
+    runner.state.interpreter = {"version": "3.11.7", "prefix": str(tmp_path / "env"), "_exit": 0}
+    runner.state.frameworks = frameworks
+    return runner
+
+
+def test_c5_knows_how_many_gpus_the_job_was_leased(tmp_path: Path) -> None:
+    claims = {"cuda_available": True, "gpu_count": 1}
+    result = c5_runner(tmp_path, claims, probe_output(torch=CUDA_TORCH), gpus=())._audit()
+    assert [h["claim"] for h in result.evidence["hallucinations"]] == ["cuda_available", "gpu_count"]
+    assert result.evidence["observed"]["gpus_leased"] == 0
+    result = c5_runner(tmp_path / "b", claims, probe_output(torch=CUDA_TORCH), gpus=(3,))._audit()
+    assert (result.status, result.evidence["hallucinations"]) == ("pass", [])
+
+
+def test_c5_checks_claims_about_every_framework_and_the_repos_own(tmp_path: Path) -> None:
+    claims = {"framework": {"name": "jax", "version": "0.4.30"}, "torch_version": "2.3.1", "cuda_available": True,
+              "gpu_count": 1, "env_tool": "conda"}
+    result = c5_runner(tmp_path, claims, probe_output(torch=CPU_TORCH, jax=CUDA_JAX), repo="import jax\n")._audit()
+    assert (result.status, result.evidence["hallucinations"]) == ("pass", [])
+    assert result.evidence["observed"]["framework"] == "jax"
+    assert result.evidence["not_scored"] == ["env_tool"]
+
+
+def test_c5_with_a_probe_that_crashed_leaves_framework_claims_unverifiable(tmp_path: Path) -> None:
+    crashed = {"_exit": -11, "_timed_out": False, "_output": "Segmentation fault"}
+    result = c5_runner(tmp_path, {"torch_version": "2.3.1", "cuda_available": True}, crashed)._audit()
+    assert result.evidence["unverifiable"] == ["torch_version", "cuda_available"]
+    assert result.evidence["hallucinations"] == []
+
+
+@pytest.mark.parametrize(("frameworks", "interpreter"), [
+    ({"frameworks": {"torch": "yes"}, "_exit": 0}, None),
+    (probe_output(torch=CUDA_TORCH | {"version": ["2.3.1"]}), None),
+    (probe_output(torch=CUDA_TORCH), {"version": 3.11, "prefix": ["x"], "_exit": 0}),
+])
+def test_c5_fails_clearly_on_hostile_probe_output(tmp_path: Path, frameworks: dict[str, Any],
+                                                  interpreter: dict[str, Any] | None) -> None:
+    runner = c5_runner(tmp_path, {"torch_version": "2.3.1"}, frameworks)
+    if interpreter is not None:
+        runner.state.interpreter = interpreter
+    result = runner._audit()
+    assert (result.status, result.category) == ("fail", "runtime")
+    assert result.evidence["probe_errors"]
+    json.dumps(result.evidence, default=str)
