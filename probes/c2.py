@@ -110,7 +110,10 @@ def read_frameworks(output: Any) -> tuple[dict[str, FrameworkSeen] | None, list[
             bad.append(f"frameworks.{name}: importable but not installed")
         problems += bad
         if not bad:
-            seen[name] = FrameworkSeen(name=name, **{key: entry.get(key) for key, _, _ in _FIELDS})
+            seen[name] = FrameworkSeen(
+                name=name, installed=entry["installed"], importable=entry["importable"], version=entry.get("version"),
+                cuda_build=entry.get("cuda_build"), cuda_available=entry.get("cuda_available"),
+                device_count=entry.get("device_count"), error=entry.get("error"))
     return (None, problems) if problems else (seen, [])
 
 
@@ -131,6 +134,7 @@ def judged_frameworks(seen: Mapping[str, FrameworkSeen], census: Census | None) 
     unconditional, conditional = repo_frameworks(census)
     if unconditional:
         return unconditional, "the repo imports " + ", ".join(unconditional) + " unconditionally"
+    candidates: list[str]
     if conditional:
         candidates = conditional
         basis = "the first importable of the frameworks the repo imports conditionally (" + ", ".join(conditional) + ")"
