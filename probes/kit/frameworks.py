@@ -144,8 +144,9 @@ def measure(name):
     try:
         module = importlib.import_module(name)
     except BaseException as error:  # ImportError, OSError for a missing CUDA library, SystemExit, ...
-        traceback.print_exc()
         entry["installed"] = found(name)
+        if entry["installed"]:  # a broken install: its traceback is worth the log; a missing one is not
+            traceback.print_exc()
         entry["version"] = distribution_version(name) if entry["installed"] else None
         entry["error"] = describe(error)
         return entry
