@@ -480,10 +480,11 @@ class TierRunner:
         assert state.report is not None
         problems: list[str] = []
         interpreter = state.interpreter if isinstance(state.interpreter, dict) else {}
-        version = interpreter.get("version")
-        if version is not None and not isinstance(version, str):
-            problems.append(f"interpreter.version: expected a string, got {json.dumps(version, default=str)[:60]}")
-            version = None
+        version, prefix = interpreter.get("version"), interpreter.get("prefix")
+        for key, value in (("version", version), ("prefix", prefix)):
+            if value is not None and not isinstance(value, str):
+                problems.append(f"interpreter.{key}: expected a string, got {json.dumps(value, default=str)[:60]}")
+        version = version if isinstance(version, str) else None
         seen, framework = None, None
         raw = state.frameworks
         if isinstance(raw, dict) and raw.get("_exit") == 0:
@@ -505,7 +506,6 @@ class TierRunner:
             probe_errors=tuple(problems),
         )
         result = audit(state.report, observed)
-        prefix = interpreter.get("prefix")
         environment = self._environment() if prefix is None or isinstance(prefix, str) else {
             "prefix": None, "size_bytes": None, "reason": "the interpreter probe printed a prefix that is not a string"}
         evidence = asdict(result) | {"observed": asdict(observed), "claims": state.report.report,

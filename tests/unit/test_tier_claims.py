@@ -211,7 +211,8 @@ def test_c5_with_a_probe_that_crashed_leaves_framework_claims_unverifiable(tmp_p
 @pytest.mark.parametrize(("frameworks", "interpreter"), [
     ({"frameworks": {"torch": "yes"}, "_exit": 0}, None),
     (probe_output(torch=CUDA_TORCH | {"version": ["2.3.1"]}), None),
-    (probe_output(torch=CUDA_TORCH), {"version": 3.11, "prefix": ["x"], "_exit": 0}),
+    (probe_output(torch=CUDA_TORCH), {"version": 3.11, "_exit": 0}),
+    (probe_output(torch=CUDA_TORCH), {"version": "3.11.7", "prefix": ["x"], "_exit": 0}),
 ])
 def test_c5_fails_clearly_on_hostile_probe_output(tmp_path: Path, frameworks: dict[str, Any],
                                                   interpreter: dict[str, Any] | None) -> None:
