@@ -693,6 +693,9 @@ def report_table(result: dict[str, Any] | None, scored: bool, workdir: str | Non
         parts += [Text(""), Text.assemble(("packages (unverifiable, not counted): ", "grey62"), (listed, "grey70"))]
     if evidence.get("report_errors"):
         parts += [Text(""), Text("report errors: " + "; ".join(map(str, evidence["report_errors"])), "bold red")]
+    if evidence.get("probe_errors"):
+        parts += [Text(""), Text("probe output not readable (the audit fails on it): "
+                                 + "; ".join(map(str, evidence["probe_errors"][:5])), "bold red")]
     if (kept := _not_scored(claims, evidence)) is not None:
         parts += [Text(""), kept]
     if claims.get("notes"):

@@ -70,3 +70,10 @@ def test_each_framework_claim_is_shown_beside_the_observation_of_that_framework(
     evidence["observed"]["gpus_leased"] = 0
     lines = text_of(report_table({"status": "fail", "evidence": evidence}, True)).splitlines()
     assert "no GPU leased to the job" in row("cuda_available") and "no GPU leased to the job" in row("gpu_count")
+
+
+def test_unreadable_probe_output_is_shown() -> None:
+    evidence = {"claims": {"python_path": "/p"}, "observed": {"python_path": "/p"},
+                "probe_errors": ["frameworks.torch.version: expected a string or null, got 3"]}
+    text = text_of(report_table({"status": "fail", "category": "runtime", "evidence": evidence}, True))
+    assert "probe output not readable" in text and "frameworks.torch.version" in text
