@@ -278,6 +278,10 @@ class Engine:
         self.tier_retries = waiting
 
     def _tier_gpus(self, job: dict[str, Any], tier: str) -> int:
+        if tier == "C5":
+            # The audit compares GPU claims with the framework probe and with the lease itself: it must
+            # see the GPUs the agent worked with, the job's own count.
+            return job["gpus_needed"]
         if tier not in GPUS_FOR:
             return 0
         entry = self.suite.repo(job["repo_id"]).tiers().get(ENTRYPOINT_OF.get(tier, ""))

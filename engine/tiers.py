@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..probes import buildinfo
-from ..probes.audit import NO_FRAMEWORK, Observations, audit
+from ..probes.audit import Observations, audit
 from ..probes.c0 import run_c0
+from ..probes.c2 import judge_c2, primary_framework, read_frameworks
 from ..probes.census import Census, files_at_commit, import_census
 from ..probes.classifier import blamed_download, classify
 from ..probes.integrity import TAMPERED, Integrity, import_dirs
@@ -123,7 +124,6 @@ class TierRunner:
         self.repo = attempt.ctx.suite.repo(attempt.job["repo_id"])
         self.bench = attempt.ctx.bench
         self._assets_missing: list[str] | None = None  # issue 9: checked once, before the first entrypoint
-        self._census: Census | None = None
 
     # -- orchestration ----------------------------------------------------------------------
     async def run_probes(self) -> None:
@@ -222,17 +222,8 @@ class TierRunner:
         commands = [spec.command for spec in self.repo.tiers().values() if not isinstance(spec, str)]
         return await secure(
             self.attempt, pristine=pristine, manifest=await self.attempt.ctx.pristines.manifest(pristine),
-            census=await self.census(), compiled=self._compiled_modules, import_dirs=import_dirs(commands), python=python,
+            census=await asyncio.to_thread(lambda: self.census), compiled=self._compiled_modules, import_dirs=import_dirs(commands), python=python,
             timeout=self.bench.defaults.tier_timeouts.C2)
-
-    async def census(self) -> Census:
-        """The import census of the pinned commit, computed once per job, off the event loop."""
-        if self._census is None:
-            pristine = self.attempt.pristine
-            assert pristine is not None
-            self._census = await asyncio.to_thread(
-                lambda: import_census(files_at_commit(pristine.path, pristine.commit)))
-        return self._census
 
     async def _interpreter_magic(self, python: str) -> bytes | None:
         """The first bytes of the file the reported interpreter resolves to (None: unreadable)."""
@@ -284,13 +275,21 @@ class TierRunner:
         return env | (extra or {})
 
     def _no_interpreter(self, tier: str) -> TierResult | None:
-        """Without a usable report there is no interpreter to probe: the tier fails for that reason."""
+        """Without an interpreter there is nothing to probe: the tier fails, saying why.
+
+        A missing or invalid report keeps its own category (`missing_report`, `invalid_report`). A valid
+        report whose `python_path` is absent or null is honest (no claim), but it names no environment
+        to run either: `no_interpreter`, never `invalid_report`.
+        """
         load = self.state.report
         assert load is not None
-        if self.state.python is None:
-            category = load.category or "invalid_report"
-            return TierResult(tier, "fail", category, {"reason": "no interpreter reported", "report_errors": load.errors})
-        return None
+        if self.state.python is not None:
+            return None
+        if load.ok:
+            return TierResult(tier, "fail", "no_interpreter",
+                              {"reason": "the report names no interpreter (python_path is absent or null)"})
+        category = load.category or "invalid_report"
+        return TierResult(tier, "fail", category, {"reason": "no interpreter reported", "report_errors": load.errors})
 
     def _missing_gpus(self, tier: str) -> TierResult | None:
         needed = GPUS_FOR[tier]
@@ -304,11 +303,28 @@ class TierRunner:
                               {"reason": f"needs {needed} GPU(s), host gave {leased}", "needed": needed, "leased": leased})
         return None
 
-    # -- C0 ---------------------------------------------------------------------------------
-    async def _tier_c0(self) -> TierResult:
+    # -- the import census, shared by C0, C2 and C5 -------------------------------------------
+    @functools.cached_property
+    def census(self) -> Census:
+        """The import census of the pinned commit, computed once per runner: C0 counts its imports,
+        C2 and C5 read from it which frameworks the repo runs on."""
         pristine = self.attempt.pristine
         assert pristine is not None
-        census = await self.census()
+        return import_census(files_at_commit(pristine.path, pristine.commit))
+
+    def _framework_census(self) -> tuple[Census | None, str | None]:
+        """The census for choosing the framework C2 judges, or (None, why) when there is none: the
+        choice then falls back to the first importable framework instead of failing the tier."""
+        if self.attempt.pristine is None:
+            return None, "no pristine copy of the repo"
+        try:
+            return self.census, None
+        except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as error:
+            return None, f"the import census failed: {type(error).__name__}: {error}"
+
+    # -- C0 ---------------------------------------------------------------------------------
+    async def _tier_c0(self) -> TierResult:
+        census = self.census
         python = self.state.python or str(self.attempt.paths.workdir / "no-interpreter-reported")
         repo_dir = self.attempt.paths.repo
         sandbox = self.attempt.sandbox
@@ -327,8 +343,8 @@ class TierRunner:
         if notes:
             evidence["import_map"] = list(notes)
         category = result.category
-        if self.state.python is None:
-            category = self.state.report.category if self.state.report else category
+        if self.state.report is not None and (failed := self._no_interpreter("C0")) is not None:
+            category = failed.category
         return TierResult("C0", result.status, category if result.status != "pass" else None, evidence)
 
     async def _mirror(self, census: Census, timeout: float) -> Mirror:
@@ -502,31 +518,45 @@ class TierRunner:
 
     # -- C2: CUDA alignment -----------------------------------------------------------------
     async def _tier_c2(self) -> TierResult:
+        """The framework the repo runs on sees the leased GPU with a CUDA build the driver supports.
+
+        The probe observes every framework; which one(s) C2 judges is `probes/c2.py`'s rule: those the
+        repo's import census imports (all that it imports unconditionally), else the first importable
+        in the order torch, jax, tensorflow - so a CPU-only torch beside a CUDA JAX does not fail a JAX
+        repo. The probe's output comes from the agent's interpreter: a field of the wrong type fails
+        the tier (`runtime`, the problems in `probe_errors`), never raises.
+        """
         if (missing := self._missing_gpus("C2")) is not None:
             return missing
         if (failed := self._no_interpreter("C2")) is not None:
             return failed
         observed = self.state.frameworks or {}
-        driver = asdict(self.driver) if self.driver else None
-        evidence = {"framework": observed, "driver": driver}
-        if observed.get("_exit", 0) != 0:
-            verdict = classify(observed.get("_output", ""), returncode=observed.get("_exit"),
+        evidence: dict[str, Any] = {"driver": asdict(self.driver) if self.driver else None}
+        if observed.get("_exit", 0) != 0:  # set by the engine: the probe itself failed
+            output = observed.get("_output")
+            verdict = classify(output if isinstance(output, str) else "", returncode=observed.get("_exit"),
                                timed_out=bool(observed.get("_timed_out")), tier="C2")
-            return TierResult("C2", "fail", verdict.category, evidence | {"evidence_line": verdict.evidence})
-        if not observed.get("framework"):
-            return TierResult("C2", "fail", "deps_missing", evidence | {"reason": "no torch, JAX or TensorFlow imports"})
-        if observed.get("error"):
-            verdict = classify(observed["error"], returncode=1, tier="C2")
-            return TierResult("C2", "fail", verdict.category, evidence | {"reason": observed["error"]})
-        if not observed.get("cuda_build"):
-            return TierResult("C2", "fail", "cuda_mismatch", evidence | {"reason": "framework has no CUDA build"})
-        supported = cuda_supported(observed.get("cuda_build"), self.driver.cuda_version if self.driver else None)
-        if supported is False:
-            return TierResult("C2", "fail", "cuda_mismatch", evidence | {
-                "reason": f"framework built for CUDA {observed['cuda_build']}, driver supports {self.driver.cuda_version}"})
-        if not observed.get("cuda_available") or not observed.get("device_count"):
-            return TierResult("C2", "fail", "no_gpu", evidence | {"reason": "framework sees no GPU"})
-        return TierResult("C2", "pass", None, evidence)
+            return TierResult("C2", "fail", verdict.category,
+                              evidence | {"framework": observed, "evidence_line": verdict.evidence})
+        seen, problems = read_frameworks(observed)
+        if seen is None:
+            return TierResult("C2", "fail", "runtime", evidence | {
+                "reason": "the framework probe printed a malformed observation: " + "; ".join(problems[:5]),
+                "probe_errors": problems, "frameworks": observed.get("frameworks")})
+        census, census_note = self._framework_census()
+        verdict = judge_c2(seen, census, driver_cuda=self.driver.cuda_version if self.driver else None,
+                           cuda_supported=cuda_supported)
+        table = observed["frameworks"]
+        evidence |= {"framework": table.get(verdict.framework), "frameworks": table, "judged": verdict.judged,
+                     "judged_by": verdict.basis, "verdicts": verdict.verdicts}
+        if census_note:
+            evidence["census_error"] = census_note
+        if verdict.status == "pass":
+            return TierResult("C2", "pass", None, evidence)
+        evidence["reason"] = verdict.reason
+        if verdict.evidence_line:
+            evidence["evidence_line"] = verdict.evidence_line
+        return TierResult("C2", "fail", verdict.category, evidence)
 
     def _environment(self) -> dict[str, Any]:
         """Size of the agent's own environment: its prefix when that lies in the job's work dir.
@@ -544,26 +574,45 @@ class TierRunner:
 
     # -- C5: the report audit ---------------------------------------------------------------
     def _audit(self) -> TierResult:
+        """Audit the report's claims against what the probes observed (rules: probes/audit.py).
+
+        Everything the probes printed is read as hostile: a field of the wrong type is not used, and
+        it fails the audit (`runtime`) with the problems listed, never raises. A probe that did not
+        run or crashed observed nothing: the claims it would have checked are unverifiable. The GPUs
+        leased to the job are an observation too: the agent and the probes saw only those.
+        """
         state = self.state
         assert state.report is not None
-        interpreter = state.interpreter or {}
-        frameworks = state.frameworks or {}
-        measured = frameworks.get("_exit") == 0
-        found = measured and bool(frameworks.get("framework")) and not frameworks.get("error")
+        problems: list[str] = []
+        interpreter = state.interpreter if isinstance(state.interpreter, dict) else {}
+        version, prefix = interpreter.get("version"), interpreter.get("prefix")
+        for key, value in (("version", version), ("prefix", prefix)):
+            if value is not None and not isinstance(value, str):
+                problems.append(f"interpreter.{key}: expected a string, got {json.dumps(value, default=str)[:60]}")
+        version = version if isinstance(version, str) else None
+        seen, framework = None, None
+        raw = state.frameworks
+        if isinstance(raw, dict) and raw.get("_exit") == 0:
+            seen, framework_problems = read_frameworks(raw)
+            problems += framework_problems
+            if seen is not None:
+                framework = primary_framework(seen, self._framework_census()[0])
         c4 = state.results.get("C4")
         observed = Observations(
             python_path=state.python,
             python_exists=state.python_exists,
             python_executable=state.python_executable,
             python_runs=None if state.python is None else state.interpreter_problem is None,
-            python_version=interpreter.get("version"),
-            framework=(frameworks.get("framework") or NO_FRAMEWORK) if measured else None,
-            framework_version=frameworks.get("version") if found else None,
-            cuda_available=frameworks.get("cuda_available") if found else None,
-            gpu_count=frameworks.get("device_count") if found else None,
+            python_version=version,
+            frameworks=seen,
+            framework=framework,
+            gpus_leased=len(self.attempt.lease.gpus),
             ddp_ok=None if c4 is None or c4.status not in ("pass", "fail") else c4.status == "pass",
+            probe_errors=tuple(problems),
         )
         result = audit(state.report, observed)
+        environment = self._environment() if prefix is None or isinstance(prefix, str) else {
+            "prefix": None, "size_bytes": None, "reason": "the interpreter probe printed a prefix that is not a string"}
         evidence = asdict(result) | {"observed": asdict(observed), "claims": state.report.report,
-                                     "environment": self._environment()}
+                                     "environment": environment}
         return TierResult("C5", result.status, result.category, evidence)

@@ -72,11 +72,12 @@ Rule order (first match wins) and why
 - Exit-code-only fallbacks, last so that any text wins: 127 and 126 mean the command could not be
   found or run (`entrypoint_not_found`); -9 / 137 (SIGKILL) that the engine did not send (it was not
   a timeout) is, on these machines, the kernel's or the cgroup's OOM killer (`oom`).
-- `infra` (the engine's own failures), `missing_report` and `invalid_report` (the C5 audit's
-  findings), `no_gpu_use` (a C3/C4 entrypoint that exited 0 while the driver never showed one of
+- `infra` (the engine's own failures), `missing_report` and `invalid_report` (the report loader's
+  findings), `no_interpreter` (a valid report that names no interpreter: `python_path` absent or
+  null), `no_gpu_use` (a C3/C4 entrypoint that exited 0 while the driver never showed one of
   its processes on a leased GPU: engine/gpuwatch.py), `bad_interpreter` and `tampered` (the
   integrity and outcome checks: probes/outcome.py, probes/integrity.py) are set by their callers
-  and never inferred from text.
+  and never inferred from text (`CALLER_CATEGORIES`).
 
 The agent's log as root cause
 -----------------------------
@@ -106,12 +107,12 @@ from .buildinfo import declared_match
 
 CATEGORIES = (
     "deps_missing", "native_extension", "cuda_mismatch", "no_gpu", "oom", "nccl", "timeout",
-    "entrypoint_not_found", "missing_report", "invalid_report", "download_failed", "runtime", "infra",
-    "bad_interpreter", "tampered", "no_gpu_use",
+    "entrypoint_not_found", "missing_report", "invalid_report", "no_interpreter", "download_failed", "runtime",
+    "infra", "bad_interpreter", "tampered", "no_gpu_use",
 )
 
-CALLER_CATEGORIES = frozenset({"infra", "missing_report", "invalid_report", "no_gpu_use", "bad_interpreter",
-                               "tampered"})
+CALLER_CATEGORIES = frozenset({"infra", "missing_report", "invalid_report", "no_interpreter", "no_gpu_use",
+                               "bad_interpreter", "tampered"})
 """Categories that callers set from what they measured; no output text ever yields one."""
 
 SCAN_CHARS = 256 * 1024

@@ -17,9 +17,26 @@ untrusted input:
   ``Infinity``, no duplicate keys, which would let one report carry two claims) whose top level is an
   object that satisfies :data:`REPORT_SCHEMA`. All schema violations are listed, sorted by JSON path.
 
-Claims: every key but ``python_path`` is optional, and a key that is absent or ``null`` is *no claim*
-(honest uncertainty) - the audit never counts it. Unknown top-level keys are allowed (agents may add
-notes), but the known keys are typed.
+Claims: EVERY key may be absent or ``null``, at every level (``python_path``, ``notes``,
+``framework.name`` included): that is *no claim* (honest uncertainty), never an invalid report, and the
+audit never counts it. A report without ``python_path`` is valid; it just names no interpreter, so the
+probe tiers fail as ``no_interpreter`` (engine/tiers.py) while C5 still audits the other claims.
+Unknown top-level keys are allowed (agents may add notes), but the known keys are typed: a value of
+the wrong type (``"gpu_count": "two"``) makes the report invalid.
+
+Two formats are read, and may be mixed:
+
+* resenv's own: ``python_path``, ``python_version``, ``framework: {name, version}``,
+  ``cuda_available``, ``gpu_count``, ``ddp_expected_ok``, ``packages``, ``notes``;
+* ResearchEnvBench's nine keys: ``python_path``, ``python_version``, ``torch_version``,
+  ``cuda_available``, ``gpu_count``, ``ddp_expected_ok``, ``env_tool``, ``env_name``, ``notes``.
+
+Mapping: the shared keys mean the same in both. ``torch_version: X`` is the claim
+``framework: {name: torch, version: X}`` (claim path ``torch_version``); when a report gives both
+``framework`` and ``torch_version``, both are claims and both are audited. ``env_tool``,
+``env_name``, ``notes``, any unknown key (and unknown keys inside ``framework``) are kept as written
+and listed by the audit as ``not_scored``: never a claim, never dropped, and of any type (a key that
+is not scored cannot make the report invalid).
 
 Error strings each start with the JSON path they are about (``$`` for the document as a whole), e.g.
 ``gpu_count: expected integer or null, got "two"``.
@@ -44,16 +61,16 @@ REPORT_SCHEMA: dict[str, Any] = {
     "$id": "https://resenv.dev/schemas/report.json",
     "title": "resenv agent self-report",
     "description": (
-        "Written by the agent as report.json in its work dir. Every key but python_path is optional; "
-        "an absent key or null is no claim. Unknown top-level keys are allowed."
+        "Written by the agent as report.json in its work dir. Every key is optional, and an absent "
+        "key or null is no claim. Unknown top-level keys are allowed."
     ),
     "type": "object",
-    "required": ["python_path"],
     "additionalProperties": True,
     "properties": {
         "python_path": {
-            "description": "Absolute path of the interpreter the environment uses.",
-            "type": "string",
+            "description": "Absolute path of the interpreter the environment uses (without it, no tier "
+                           "can run the environment).",
+            "type": ["string", "null"],
             "pattern": "^/[^\\x00]*$",
         },
         "python_version": {
@@ -63,12 +80,11 @@ REPORT_SCHEMA: dict[str, Any] = {
         "framework": {
             "description": "The deep-learning framework the repo runs on.",
             "type": ["object", "null"],
-            "required": ["name"],
             "additionalProperties": True,
             "properties": {
                 "name": {
                     "description": "torch, jax, tensorflow, or another framework's import name.",
-                    "type": "string",
+                    "type": ["string", "null"],
                     "minLength": 1,
                     "examples": ["torch", "jax", "tensorflow"],
                 },
@@ -77,6 +93,11 @@ REPORT_SCHEMA: dict[str, Any] = {
                     "type": ["string", "null"],
                 },
             },
+        },
+        "torch_version": {
+            "description": "ResearchEnvBench's format: the installed torch version; audited as a framework "
+                           "claim {name: torch, version: ...} (beside framework, when both are given).",
+            "type": ["string", "null"],
         },
         "cuda_available": {
             "description": "Whether the framework sees a CUDA device in this environment.",
@@ -98,7 +119,14 @@ REPORT_SCHEMA: dict[str, Any] = {
         },
         "notes": {
             "description": "Free text for humans.",
-            "type": "string",
+            "type": ["string", "null"],
+        },
+        "env_tool": {
+            "description": "ResearchEnvBench's format: the tool that built the environment (conda, venv, uv); "
+                           "kept and shown, not scored.",
+        },
+        "env_name": {
+            "description": "ResearchEnvBench's format: the environment's name; kept and shown, not scored.",
         },
     },
 }

@@ -28,6 +28,7 @@ from textual.widgets import (
 )
 from textual.widgets.option_list import Option
 
+from ..probes.audit import normalize_framework
 from . import data
 from .commands import BY_NAME, bindings_for, help_rows
 from .data import ALL_TIERS, Changes, JobView, RunFeed
@@ -543,6 +544,58 @@ CLAIMS = (
     ("gpu_count", "gpu_count", "gpu_count"),
     ("ddp_expected_ok", "ddp_expected_ok", "ddp_ok"),
 )
+PAPER_CLAIMS = (("torch_version", "torch_version", "framework_version"),)
+"""Claims of ResearchEnvBench's report format: a row only when the report uses them."""
+
+
+def _framework_entry(observed: dict[str, Any], name: Any) -> dict[str, Any] | None:
+    table = observed.get("frameworks")
+    if not isinstance(table, dict) or not isinstance(name, str):
+        return None
+    entry = table.get(normalize_framework(name))
+    return entry if isinstance(entry, dict) else None
+
+
+def _framework_state(entry: dict[str, Any] | None, field: str) -> str:
+    if entry is None:
+        return "not observed"
+    if not entry.get("importable"):
+        if not entry.get("installed"):
+            return "not installed"
+        if field != "version" or entry.get("version") is None:
+            return "installed, does not import"
+    return _show(entry.get("version")) if field == "version" else f"{entry.get('name')} {_show(entry.get('version'))}"
+
+
+def _observed_for(path: str, claims: dict[str, Any], observed: dict[str, Any]) -> Any:
+    """What the probes saw for one claim: the observation of the framework the claim is about.
+
+    Evidence written before every framework was observed has no ``frameworks``: its flat keys are shown."""
+    if not isinstance(observed.get("frameworks"), dict):
+        legacy = {row_path: observed_key for row_path, _, observed_key in CLAIMS + PAPER_CLAIMS}
+        value = observed.get(legacy.get(path, path))
+        return value if path != "torch_version" or observed.get("framework") == "torch" else None
+    framework = claims.get("framework") if isinstance(claims.get("framework"), dict) else {}
+    named = framework.get("name")
+    if path == "framework.name":
+        return _framework_state(_framework_entry(observed, named), "name")
+    if path == "framework.version":
+        return _framework_state(_framework_entry(observed, named if named is not None else observed.get("framework")),
+                                "version")
+    if path == "torch_version":
+        return _framework_state(_framework_entry(observed, "torch"), "version")
+    if path in ("cuda_available", "gpu_count"):
+        if observed.get("gpus_leased") == 0:
+            return "no GPU leased to the job"
+        if named is None and claims.get("torch_version") is not None:
+            named = "torch"
+        for name in (named, observed.get("framework")):
+            entry = _framework_entry(observed, name)
+            if entry is not None and entry.get("importable"):
+                value = entry.get("cuda_available" if path == "cuda_available" else "device_count")
+                return f"{entry.get('name')}: {_show(value)}"
+        return "no framework imports" if observed.get("framework") == "none" else None
+    return observed.get(path)
 
 
 def _claim(claims: dict[str, Any], path: str) -> Any:
@@ -553,6 +606,26 @@ def _claim(claims: dict[str, Any], path: str) -> Any:
         value = claims.get("framework")
         return value.get("version") if isinstance(value, dict) else claims.get("framework_version")
     return claims.get(path)
+
+
+def _claim_at(claims: dict[str, Any], path: str) -> Any:
+    """The value of a not-scored key: top-level, or ``framework.KEY``."""
+    if path.startswith("framework.") and isinstance(claims.get("framework"), dict):
+        return claims["framework"].get(path.split(".", 1)[1])
+    return claims.get(path)
+
+
+def _not_scored(claims: dict[str, Any], evidence: dict[str, Any]) -> Text | None:
+    """One line with the keys the audit kept but did not score (env_tool, env_name, unknown keys);
+    notes have their own line."""
+    keys = [key for key in evidence.get("not_scored") or [] if key != "notes"]
+    if not keys:
+        return None
+    shown = []
+    for key in keys:
+        value = _claim_at(claims, key)
+        shown.append(f"{key}: {value if isinstance(value, str) else json.dumps(value, default=str)}")
+    return Text.assemble(("not scored (kept, never a claim): ", "grey62"), (" · ".join(shown), "grey70"))
 
 
 def _show(value: Any, workdir: str | None = None) -> str:
@@ -582,9 +655,10 @@ def report_table(result: dict[str, Any] | None, scored: bool, workdir: str | Non
     table.add_column("agent's report.json", overflow="fold", ratio=3)
     table.add_column("probes observed", overflow="fold", ratio=3)
     table.add_column("verdict", ratio=3, overflow="fold")
-    for path, claim_key, observed_key in CLAIMS:
+    rows = CLAIMS + tuple(row for row in PAPER_CLAIMS if row[0] in claims)
+    for path, claim_key, _ in rows:
         claim = _claim(claims, claim_key)
-        seen = observed.get(observed_key)
+        seen = _observed_for(path, claims, observed)
         if path == "python_path" and observed:
             flags = [name for name, key in (("exists", "python_exists"), ("executable", "python_executable"),
                                             ("runs", "python_runs")) if observed.get(key) is False]
@@ -619,6 +693,11 @@ def report_table(result: dict[str, Any] | None, scored: bool, workdir: str | Non
         parts += [Text(""), Text.assemble(("packages (unverifiable, not counted): ", "grey62"), (listed, "grey70"))]
     if evidence.get("report_errors"):
         parts += [Text(""), Text("report errors: " + "; ".join(map(str, evidence["report_errors"])), "bold red")]
+    if evidence.get("probe_errors"):
+        parts += [Text(""), Text("probe output not readable (the audit fails on it): "
+                                 + "; ".join(map(str, evidence["probe_errors"][:5])), "bold red")]
+    if (kept := _not_scored(claims, evidence)) is not None:
+        parts += [Text(""), kept]
     if claims.get("notes"):
         parts += [Text(""), Text.assemble(("notes (not a claim): ", "grey62"), (str(claims["notes"]), "grey70"))]
     environment = evidence.get("environment") or {}

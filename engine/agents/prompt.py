@@ -52,7 +52,7 @@ def schema_text(schema: dict[str, Any] | None = None) -> str:
     lines = []
     for name, prop in schema.get("properties", {}).items():
         types = prop.get("type")
-        kind = " or ".join(types) if isinstance(types, list) else str(types)
+        kind = " or ".join(types) if isinstance(types, list) else str(types) if types else "any"
         need = "required" if name in required else "optional"
         lines.append(f"- {name} ({kind}, {need}): {prop.get('description', '').strip()}")
         for sub, subprop in (prop.get("properties") or {}).items():

@@ -35,3 +35,18 @@ def test_jobs_start_in_order_while_gpus_and_slots_allow():
     engine, started = engine_with({1: 1, 2: 1, 3: 1}, gpus=[0, 1], slots=8)
     engine._dispatch()
     assert started == [1, 2] and list(engine.pending) == [3]
+
+
+def test_a_c5_retry_leases_the_gpus_of_the_job_it_audits():
+    """C5 compares GPU claims with what the framework probe sees and with the job's lease: a re-run
+    of C5 alone must see as many GPUs as the agent did, or true claims would read as false."""
+    engine, _ = engine_with({1: 2}, gpus=[0, 1])
+    engine.jobs[1] |= {"repo_id": "r", "key": "r/a"}
+    launched: list[tuple[int, str]] = []
+    engine._launch = lambda job, factory, name: launched.append((job["id"], name))  # type: ignore[method-assign]
+    leases: list[int] = []
+    lease = engine.pool.lease
+    engine.pool.lease = lambda needed: leases.append(needed) or lease(needed)  # type: ignore[method-assign]
+    engine.tier_retries.append((1, "C5"))
+    engine._dispatch_tier_retries()
+    assert leases == [2] and launched == [(1, "tier-r/a-C5")]

@@ -62,7 +62,22 @@ def call_with_deadline(fn, *, unblock_fifo: Path | None = None, seconds: float =
 def test_schema_is_valid_draft_2020_12() -> None:
     Draft202012Validator.check_schema(REPORT_SCHEMA)
     assert REPORT_SCHEMA["additionalProperties"] is True
-    assert REPORT_SCHEMA["required"] == ["python_path"]
+    assert REPORT_SCHEMA.get("required", []) == []  # every field may be absent: no claim
+
+
+def test_every_field_may_be_null_or_absent(sandbox: Path) -> None:
+    """null or absent is no claim, never an invalid report: not even for python_path or notes."""
+    for doc in ({}, {"notes": None}, {"python_path": None}, {"framework": {}},
+                {"framework": {"name": None, "version": None}},
+                {key: None for key in REPORT_SCHEMA["properties"]}):
+        write(sandbox / "work/report.json", doc)
+        r = load(sandbox)
+        assert (r.status, r.category, r.errors) == ("ok", None, []), doc
+        assert r.report == doc
+    nested = {"python_path": "/p/bin/python", "framework": {"name": "torch", "version": None},
+              "packages": {"torch": None}, "notes": None}
+    write(sandbox / "work/report.json", nested)
+    assert load(sandbox).status == "ok"
 
 
 def test_minimal_report_is_ok(sandbox: Path) -> None:
@@ -80,6 +95,30 @@ def test_full_report_with_extra_keys_and_nulls_is_ok(sandbox: Path) -> None:
     nulls = {"python_path": "/p/bin/python", "python_version": None, "framework": None,
              "cuda_available": None, "gpu_count": None, "ddp_expected_ok": None, "packages": None}
     write(sandbox / "work/report.json", nulls)
+    assert load(sandbox).status == "ok"
+
+
+PAPER = {  # ResearchEnvBench's own report format: nine keys
+    "python_path": "/opt/env/bin/python", "python_version": "3.10.14", "torch_version": "2.1.2+cu118",
+    "cuda_available": True, "gpu_count": 1, "ddp_expected_ok": False, "env_tool": "conda", "env_name": "repo-env",
+    "notes": "built with conda",
+}
+
+
+def test_the_papers_report_format_is_read_as_it_is(sandbox: Path) -> None:
+    write(sandbox / "work/report.json", PAPER)
+    r = load(sandbox)
+    assert r.status == "ok", r.errors
+    assert r.report == PAPER  # nothing dropped: env_tool and env_name are kept (not scored)
+    for key in PAPER:
+        assert key in REPORT_SCHEMA["properties"], key
+
+
+def test_torch_version_is_a_typed_claim_and_env_keys_are_free(sandbox: Path) -> None:
+    write(sandbox / "work/report.json", {"torch_version": 2.1})
+    assert load(sandbox).errors == ["torch_version: expected string or null, got 2.1"]
+    # env_tool / env_name are not scored, so no value of theirs can invalidate the report
+    write(sandbox / "work/report.json", {"env_tool": {"name": "conda"}, "env_name": 3, "torch_version": None})
     assert load(sandbox).status == "ok"
 
 
@@ -240,11 +279,10 @@ def test_wrong_types_are_all_listed_sorted_by_path(sandbox: Path) -> None:
     assert r.status == "invalid" and r.report is None
     assert r.errors == [
         'cuda_available: expected boolean or null, got "yes"',
-        "framework.name: required property is missing",
         "framework.version: expected string or null, got 2",
         'gpu_count: expected integer or null, got "two"',
         "packages.torch: expected string or null, got 2.1",
-        "python_path: expected string, got 3",
+        "python_path: expected string or null, got 3",
     ]
 
 
@@ -257,9 +295,10 @@ def test_other_constraints(sandbox: Path) -> None:
         "gpu_count: expected a value >= 0, got -1",
         'python_path: expected an absolute path, got "bin/python"',
     ]
-    write(sandbox / "work/report.json", {"gpu_count": True})
+    write(sandbox / "work/report.json", {"gpu_count": True, "notes": 3, "python_path": 7})
     assert load(sandbox).errors == ["gpu_count: expected integer or null, got true",
-                                    "python_path: required property is missing"]
+                                    "notes: expected string or null, got 3",
+                                    "python_path: expected string or null, got 7"]
 
 
 def test_duplicate_keys_are_invalid(sandbox: Path) -> None:
