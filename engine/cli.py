@@ -25,7 +25,9 @@ from .secrets import load_secrets
 from .store import StoreError, StoreReader, insert_control
 from .tiers import ALL_TIERS
 from .figure import write_pyramid_figure
-from .scoring import render, score_run
+from .scoring import choose_scoring, render, score_run
+from .scorings import Scoring, ScoringLookupError, not_rescored, not_rescored_lines
+from .scorings import header as scoring_header
 from .views import job_rows, tier_glyphs
 
 # Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns.
@@ -54,6 +56,20 @@ def _open_run(db_path: Path | None, run_ref: str) -> tuple[StoreReader, dict[str
     try:
         return reader, reader.resolve_run(run_ref)
     except StoreError as error:
+        raise click.ClickException(str(error)) from error
+
+
+scoring_option = click.option(
+    "--scoring", "scoring_ref", default="latest", show_default=True, metavar="original|latest|N",
+    help="Which scoring of the run: what it recorded (original), its newest finished rescore (latest), "
+         "or rescore N.",
+)
+
+
+def _scoring(reader: StoreReader, run_id: str, ref: str) -> tuple[Scoring, list[Scoring]]:
+    try:
+        return choose_scoring(reader, run_id, ref)
+    except ScoringLookupError as error:
         raise click.ClickException(str(error)) from error
 
 
@@ -196,14 +212,21 @@ def list_runs(db_path: Path | None) -> None:
 @click.argument("run_ref", metavar="RUN", default="latest", required=False)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def show(run_ref: str, db_path: Path | None, as_json: bool) -> None:
-    """Per-job table of a run (default: the latest) with one glyph per tier C0–C5."""
+@scoring_option
+def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "latest") -> None:
+    """Per-job table of a run (default: the latest) with one glyph per tier C0–C5, from one scoring."""
     reader, run_row = _open_run(db_path, run_ref)
-    rows = job_rows(reader, run_row["id"])
+    chosen, scorings = _scoring(reader, run_row["id"], scoring_ref)
+    rows = job_rows(reader, run_row["id"], chosen)
+    lines = [scoring_header(chosen, scorings), *not_rescored_lines(not_rescored(reader.rows, chosen))]
     if as_json:
-        click.echo(json.dumps({"run": run_row | {"spec_json": None}, "jobs": rows}, indent=2, default=str))
+        scoring = chosen.to_json() | {"header": lines[0], "original_rules_version": scorings[0].rules_version}
+        click.echo(json.dumps({"run": run_row | {"spec_json": None}, "scoring": scoring, "jobs": rows},
+                              indent=2, default=str))
         return
     console.print(f"run {run_row['id']} · {run_row['name']} · {run_row['state']} · {run_row['data_dir']}")
+    for line in lines:
+        console.print(line, markup=False)
     table = Table("job", "host:gpus", "state", "C0 C1 C2 C3 C4 C5", "attempt", "agent s", "tokens", "cost",
                   "elapsed", "reason")
     for row in rows:
@@ -220,10 +243,13 @@ def show(run_ref: str, db_path: Path | None, as_json: bool) -> None:
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json", "latex"]), default="md", show_default=True)
 @click.option("--figure", type=click.Path(path_type=Path), help="Also write the pyramid figure (.png or .svg).")
-def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None) -> None:
-    """Scores of a run: per agent C0 ratios, C1–C4 pass rates with denominators, C5 hallucinations."""
+@scoring_option
+def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None, scoring_ref: str = "latest") -> None:
+    """Scores of a run: per agent C0 ratios, C1–C4 pass rates with denominators, C5 hallucinations;
+    from its latest scoring unless --scoring names another, and saying which."""
     reader, run_row = _open_run(db_path, run_ref)
-    scores = score_run(reader, run_row["id"])
+    chosen, _ = _scoring(reader, run_row["id"], scoring_ref)
+    scores = score_run(reader, run_row["id"], chosen)
     click.echo(render(scores, fmt), nl=False)
     if figure is not None:
         if figure.suffix not in (".png", ".svg"):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .scoring import choose_scoring
+from .scorings import Scoring
 from .store import StoreReader
 
 TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
@@ -15,11 +17,15 @@ def tier_glyphs(tiers: dict[str, str | None]) -> str:
     return "  ".join(GLYPHS.get(tiers.get(tier), "?") for tier in TIERS)
 
 
-def job_rows(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
-    """One row per job: where it ran, its state, the latest status of each tier, agent time."""
+def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -> list[dict[str, Any]]:
+    """One row per job: where it ran, its state, the latest status of each tier in `scoring` (default:
+    the latest scoring), agent time."""
+    if scoring is None:
+        scoring, _ = choose_scoring(reader, run_id)
+    where, params = scoring.where()
     tiers: dict[int, dict[str, str]] = {}
     for result in reader.rows(
-        "SELECT job_id, tier, status FROM tier_results WHERE run_id = ? ORDER BY id", (run_id,)
+        f"SELECT job_id, tier, status FROM tier_results WHERE run_id = ? AND {where} ORDER BY id", (run_id, *params)
     ):
         tiers.setdefault(result["job_id"], {})[result["tier"]] = result["status"]
     agent_time = {
