@@ -19,14 +19,14 @@ from .display import NoDisplay, PlainDisplay
 from .cliload import load_for_cli
 from .paths import default_data_dir, default_db
 from .runs import RunPlan, create_run
-from .scheduler import Engine, EngineBusy, engine_alive
+from .scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
 from .spec import SpecLookupError
 from .secrets import load_secrets
 from .store import StoreError, StoreReader, insert_control
 from .tiers import ALL_TIERS
 from .figure import write_pyramid_figure
 from .scoring import choose_scoring, render, score_run
-from .scorings import Scoring, ScoringLookupError, not_rescored, not_rescored_lines
+from .scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, not_rescored_lines
 from .scorings import header as scoring_header
 from .views import job_rows, tier_glyphs
 
@@ -259,6 +259,45 @@ def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None, sc
 
 
 @main.command()
+@click.argument("run_ref", metavar="RUN")
+@db_option
+@click.option("--tiers", "tiers_text", default="all", show_default=True, metavar="LIST",
+              help="Tiers to judge again: `all` (every tier the run scored) or a comma list of them.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Jobs judged at once (default: the run's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
+def rescore(run_ref: str, db_path: Path | None, tiers_text: str, jobs: int | None, as_json: bool) -> None:
+    """Judge the kept post-agent state of every job of a run again, with the current rules, into a new
+    scoring (`rescore N`); the agent never runs again and the run's own results stay as they were.
+    Prints what changed against the original scoring, per job and tier and in pass rates per agent."""
+    from .rescore import Rescorer, RescoreRefused
+    from .scoring_diff import compare_scorings, render_json, render_text
+
+    db = _db(db_path)
+    reader, run_row = _open_run(db_path, run_ref)
+    reader.close()
+    tiers = None if tiers_text == "all" else parse_tiers(tiers_text)
+    # progress goes to stderr: stdout holds the report alone (JSON with --json)
+    progress = PlainDisplay(Console(file=sys.stderr, highlight=False, width=None if sys.stderr.isatty() else 200))
+    rescorer = Rescorer(db, run_row["id"], progress, tiers=tiers, jobs_limit=jobs)
+    try:
+        state = asyncio.run(rescorer.execute())
+    except (EngineBusy, RescoreRefused) as error:
+        raise click.ClickException(str(error)) from error
+    reader = _reader(db_path)
+    try:
+        scorings = choose_scoring(reader, run_row["id"])[1]
+        new = next(scoring for scoring in scorings if scoring.id == rescorer.scoring_id)
+        diff = compare_scorings(reader, run_row["id"], scorings[0], new)
+    finally:
+        reader.close()
+    click.echo(render_json(diff) if as_json else render_text(diff), nl=as_json)
+    if state == "interrupted":
+        sys.exit(130)
+    if state == "empty":  # no job's kept state could be judged: nothing to read, and scripts should know
+        sys.exit(1)
+
+
+@main.command()
 @click.argument("action", type=click.Choice(sorted(ACTIONS)))
 @click.argument("run_ref", metavar="RUN")
 @click.argument("job_ref", metavar="[JOB]", required=False)
@@ -321,7 +360,11 @@ def prune(run_ref: str, db_path: Path | None) -> None:
     from .prune import PruneRefused, prune_run
 
     reader, run_row = _open_run(db_path, run_ref)
+    holder = live_rescore(reader.rows, run_row["id"], STALE_AFTER_S)
     reader.close()
+    if holder is not None:  # it is judging those very checkpoints
+        raise click.ClickException(f"run {run_row['id']} is being rescored ({holder['label']}) by PID "
+                                   f"{holder['engine_pid']}; prune it once that ends")
     try:
         results = asyncio.run(prune_run(run_row))
     except PruneRefused as error:

@@ -196,7 +196,8 @@ MIGRATIONS: list[str] = [
     # its kept post-agent states, each with the rules version that judged it. A tier result with
     # no scoring_id belongs to its run's original scoring; runs from before this migration get an
     # original scoring whose rules version is unknown. `scoring_jobs` says per job what a rescore
-    # did (rescored, partial, not_rescored) and why; `engine_pid`, `engine_host` and
+    # did (rescored, partial, not_rescored) and why. A scoring's state is running, done, interrupted
+    # or empty (it could judge no job); readers' `latest` is the newest done one. `engine_pid`, `engine_host` and
     # `heartbeat_at` tell a live rescore from a dead one.
     """
     CREATE TABLE scorings (

@@ -46,7 +46,7 @@ class Scoring:
     rules_version: str
     tiers: tuple[str, ...] | None = None  # what a rescore judged; None: every tier the run scored
     run_tiers: tuple[str, ...] = ()
-    state: str = "done"  # running | done | interrupted (a rescore that stopped before it finished)
+    state: str = "done"  # running | done | interrupted (stopped before it finished) | empty (judged nothing)
     created_at: float | None = None
     finished_at: float | None = None
     versioned: bool = True  # False: the store predates scorings (every tier result is original)
@@ -113,8 +113,9 @@ def resolve_scoring(scorings: list[Scoring], ref: str | int | None = "latest") -
         for scoring in scorings:
             if scoring.number == int(number):
                 return scoring
-    choices = ", ".join(["original", "latest", *(str(s.number) for s in scorings if not s.original)])
-    raise ScoringLookupError(f"run {scorings[0].run_id} has no scoring {ref!r}; it has: {choices}")
+    choices = "; ".join([f"original: {scorings[0].describe()}",
+                         *(f"{s.number}: {s.describe()}" for s in scorings if not s.original)])
+    raise ScoringLookupError(f"run {scorings[0].run_id} has no scoring {ref!r}; choose latest or one of {choices}")
 
 
 def header(chosen: Scoring, scorings: list[Scoring]) -> str:
