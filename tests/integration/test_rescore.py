@@ -4,8 +4,11 @@ new scoring beside the original; the agent never runs again and the run's own ro
 from __future__ import annotations
 
 import json
+import platform
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -145,3 +148,29 @@ def _execute(db: Path, sql: str, params: tuple) -> None:
         conn.commit()
     finally:
         conn.close()
+
+
+def test_a_live_rescore_holds_the_run_and_a_dead_one_is_recorded_as_interrupted(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"one": {"main.py": PASSES}}, REPORTING_AGENT)
+    done = resenv("run", str(bench), "--tiers", "C1", "--display", "none", env=cli_env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    db = Path(cli_env["RESENV_DB"])
+    run_id = db_rows(db, "SELECT id FROM runs")[0]["id"]
+    # Another process's rescore, with a fresh heartbeat, holds the run.
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        _execute(db, "INSERT INTO scorings (run_id, number, label, rules_version, state, created_at, engine_pid,"
+                     " engine_host, heartbeat_at) VALUES (?, 1, 'rescore 1', 'x', 'running', ?, ?, ?, ?)",
+                 (run_id, time.time(), holder.pid, platform.node(), time.time()))
+        for args in (("rescore", run_id), ("run", "--resume", run_id, "--display", "none"), ("prune", run_id)):
+            refused = resenv(*args, env=cli_env, cwd=tmp_path)
+            assert refused.returncode != 0 and "being rescored (rescore 1)" in refused.stderr, (args, refused.stderr)
+    finally:
+        holder.kill()
+        holder.wait()
+    # Its process is gone: the next rescore records it as interrupted and takes the next number.
+    again = resenv("rescore", run_id, env=cli_env, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert [(s["label"], s["state"]) for s in db_rows(db, "SELECT * FROM scorings ORDER BY number")] == [
+        ("original", "done"), ("rescore 1", "interrupted"), ("rescore 2", "done")]
+    assert "scoring: rescore 2 (rules" in resenv("show", run_id, env=cli_env, cwd=tmp_path).stdout
