@@ -25,7 +25,7 @@ import os
 import platform
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -77,8 +77,9 @@ class Rescorer(Engine):
         try:
             self._load()  # an engine or another rescore holding the run refuses it (EngineBusy)
             self.tiers = self._chosen_tiers()
-            self._settle_dead_rescores()
+            stale = self._stale_attempts()
             self.scoring = self._claim()
+            self._settle(stale)
             self.fleet = await start_fleet(self)
             self._plan()
             self.display.message(
@@ -99,6 +100,9 @@ class Rescorer(Engine):
                 await asyncio.gather(heartbeat, return_exceptions=True)
             return await self._record("done" if ended == "finished" else "interrupted")
         finally:
+            if self.scoring is not None and self.scoring.state == "running":  # it failed on the way
+                self.writer.update("scorings", self.scoring_id, {"state": "interrupted", "heartbeat_at": None,
+                                                                 "finished_at": time.time()})
             await stop_fleet(self)
             await self.writer.close()
 
@@ -126,16 +130,20 @@ class Rescorer(Engine):
             raise RescoreRefused(f"no tier to rescore in run {self.run_id}")
         return tiers
 
-    def _settle_dead_rescores(self) -> None:
-        """Attempts left `running` by a dead rescore end as error/infra; a dead engine's refuse the rescore
-        (`run --resume` recovers those, with their logs)."""
-        stale = self._read("SELECT id, number, scope, job_id FROM attempts WHERE run_id = ? AND state = 'running'",
+    def _stale_attempts(self) -> list[dict[str, Any]]:
+        """Attempts a dead rescore left `running` (no live process holds the run: `_load` checked); those
+        of a dead engine refuse the rescore, as `run --resume` recovers them, with their logs."""
+        stale = self._read("SELECT id, scope, job_id FROM attempts WHERE run_id = ? AND state = 'running'",
                            (self.run_id,))
         engine_left = [row for row in stale if row["scope"] != "rescore"]
         if engine_left:
             keys = ", ".join(sorted({self.jobs[row["job_id"]]["key"] for row in engine_left}))
             raise RescoreRefused(f"run {self.run_id} has attempts a stopped engine left running ({keys}); "
                                  f"`resenv run --resume {self.run_id}` first")
+        return stale
+
+    def _settle(self, stale: list[dict[str, Any]]) -> None:
+        """A dead rescore's attempts end as error/infra (its scoring was marked interrupted by `_claim`)."""
         now = time.time()
         for row in stale:
             self.writer.update("attempts", row["id"], {
@@ -219,8 +227,8 @@ class Rescorer(Engine):
     ) -> None:
         planned = self.planned[job["id"]]
         planned.attempt_id, planned.outcome = attempt_id, outcome
-        text = "judged" if outcome.state == "done" else f"{outcome.state}/{outcome.category or '-'}"
-        self.display.message(f"{job['key']}: {text}" + (f" ({outcome.reason})" if outcome.reason else ""))
+        verdict = "judged" if outcome.state == "done" else f"not judged ({_why(outcome)})"
+        self.display.message(f"{job['key']}: {verdict}")
 
     async def _heartbeat(self) -> None:
         while True:
@@ -252,7 +260,7 @@ class Rescorer(Engine):
                 attempt_id = planned.attempt_id
                 tiers = judged.get(attempt_id, set()) if attempt_id is not None else set()
                 missing = [tier for tier in self.tiers if tier not in tiers]
-                why = planned.outcome.reason if planned.outcome and planned.outcome.reason else None
+                why = _why(planned.outcome) if planned.outcome is not None else None
                 if not missing:
                     outcome, reason = "rescored", None
                 elif tiers:
@@ -266,6 +274,16 @@ class Rescorer(Engine):
                 " VALUES (?, ?, ?, ?, ?, ?)", (self.scoring_id, job_id, kept_number, attempt_id, outcome, reason))
         self.writer.update("scorings", self.scoring_id, {"state": state, "finished_at": time.time(),
                                                          "heartbeat_at": None})
+        self.scoring = replace(self.scoring, state=state) if self.scoring is not None else None
         self.writer.event(self.run_id, "rescore", {"scoring": self.label, "state": state, "tiers": list(self.tiers)})
         await self.writer.flush()
         return state
+
+
+def _why(outcome: AttemptOutcome) -> str | None:
+    """Why a job's rescore attempt judged less than asked, in words for the report."""
+    if outcome.state == "cancelled":
+        return "the rescore was interrupted while it judged this job"
+    if outcome.state == "error":
+        return outcome.reason or f"error/{outcome.category}"
+    return outcome.reason

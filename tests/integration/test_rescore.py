@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from resenv.engine.cli import main
 from resenv.probes import rules
 from resenv.probes.classifier import Classification
 
-from ..conftest import resenv, write_benchmark
+from ..conftest import RESENV, resenv, wait_for, write_benchmark
 from ..conftest import rows as db_rows
 
 FAILS = "import sys\nsys.exit(3)\n"
@@ -174,3 +175,26 @@ def test_a_live_rescore_holds_the_run_and_a_dead_one_is_recorded_as_interrupted(
     assert [(s["label"], s["state"]) for s in db_rows(db, "SELECT * FROM scorings ORDER BY number")] == [
         ("original", "done"), ("rescore 1", "interrupted"), ("rescore 2", "done")]
     assert "scoring: rescore 2 (rules" in resenv("show", run_id, env=cli_env, cwd=tmp_path).stdout
+
+
+def test_ctrl_c_keeps_what_was_judged_as_an_interrupted_scoring_that_is_never_the_latest(tmp_path, cli_env):
+    slow = "import os, time\nif os.path.exists('slow'):\n    time.sleep(60)\nprint('ok')\n"
+    bench = write_benchmark(tmp_path, {"one": {"main.py": slow}}, REPORTING_AGENT)
+    done = resenv("run", str(bench), "--tiers", "C1", "--display", "none", env=cli_env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    db = Path(cli_env["RESENV_DB"])
+    run_id = db_rows(db, "SELECT id FROM runs")[0]["id"]
+    workdir = Path(db_rows(db, "SELECT workdir FROM attempts")[0]["workdir"])
+    (workdir / "repo" / "slow").write_text("")  # the rescore's C1 now takes a minute
+    rescore = subprocess.Popen([*RESENV, "rescore", run_id], env=cli_env, cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    wait_for(lambda: db_rows(db, "SELECT id FROM events WHERE kind = 'command' AND json_extract(data, '$.log')"
+                                 " LIKE 'rescore%C1%'"))
+    rescore.send_signal(signal.SIGINT)
+    out, err = rescore.communicate(timeout=60)
+    assert rescore.returncode == 130, out + err
+    assert "not rescored: one/a — the rescore was interrupted while it judged this job" in out
+    assert [(s["label"], s["state"]) for s in db_rows(db, "SELECT * FROM scorings ORDER BY number")] == [
+        ("original", "done"), ("rescore 1", "interrupted")]
+    shown = resenv("show", run_id, env=cli_env, cwd=tmp_path)
+    assert "scoring: original (rules" in shown.stdout and "latest" not in shown.stdout, shown.stdout
