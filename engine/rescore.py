@@ -78,7 +78,7 @@ class Rescorer(Engine):
             self._load()  # an engine or another rescore holding the run refuses it (EngineBusy)
             self.tiers = self._chosen_tiers()
             stale = self._stale_attempts()
-            self.scoring = self._claim()
+            self.scoring = self._claim_scoring()
             self._settle(stale)
             self.fleet = await start_fleet(self)
             self._plan()
@@ -143,7 +143,7 @@ class Rescorer(Engine):
         return stale
 
     def _settle(self, stale: list[dict[str, Any]]) -> None:
-        """A dead rescore's attempts end as error/infra (its scoring was marked interrupted by `_claim`)."""
+        """A dead rescore's attempts end as error/infra (its scoring was marked interrupted by `_claim_scoring`)."""
         now = time.time()
         for row in stale:
             self.writer.update("attempts", row["id"], {
@@ -152,7 +152,7 @@ class Rescorer(Engine):
             self.writer.execute("UPDATE leases SET ended_at = ? WHERE attempt_id = ? AND ended_at IS NULL",
                                 (now, row["id"]))
 
-    def _claim(self) -> Scoring:
+    def _claim_scoring(self) -> Scoring:
         """Insert the new scoring as `running` with this process's heartbeat, in one transaction with
         the check that no live rescore holds the run (two rescores never share one)."""
         conn = open_for_writing(self.db_path)
