@@ -198,3 +198,24 @@ def test_ctrl_c_keeps_what_was_judged_as_an_interrupted_scoring_that_is_never_th
         ("original", "done"), ("rescore 1", "interrupted")]
     shown = resenv("show", run_id, env=cli_env, cwd=tmp_path)
     assert "scoring: original (rules" in shown.stdout and "latest" not in shown.stdout, shown.stdout
+
+
+def test_a_rescore_leases_the_gpus_the_kept_attempt_had_on_its_host(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"one": {"main.py": PASSES}}, REPORTING_AGENT,
+                            hosts="  gpubox: {kind: local, slots: 2, gpus: 1}\n")
+    done = resenv("run", str(bench), "--host", "gpubox", "--tiers", "C1,C2,C5", "--display", "none",
+                  env=cli_env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    db = Path(cli_env["RESENV_DB"])
+    run_id = db_rows(db, "SELECT id FROM runs")[0]["id"]
+    # C2 and C5 read what the frameworks see on the leased GPU: judged again with that GPU, on that host
+    full = resenv("rescore", run_id, "--json", env=cli_env, cwd=tmp_path)
+    assert full.returncode == 0, full.stdout + full.stderr
+    assert json.loads(full.stdout)["changes"] == []
+    cpu_only = resenv("rescore", run_id, "--tiers", "C1", env=cli_env, cwd=tmp_path)
+    assert cpu_only.returncode == 0, cpu_only.stdout + cpu_only.stderr
+    attempts = db_rows(db, "SELECT scope, host, gpus FROM attempts ORDER BY number")
+    assert [(a["scope"], a["host"], a["gpus"]) for a in attempts] == [
+        ("job", "gpubox", "0"), ("rescore", "gpubox", "0"), ("rescore", "gpubox", "")]
+    c2 = db_rows(db, "SELECT scoring_id, status, category FROM tier_results WHERE tier = 'C2' ORDER BY id")
+    assert [(r["status"], r["category"]) for r in c2] == [("fail", "deps_missing")] * 2  # no CUDA framework here
