@@ -19,13 +19,15 @@ from .display import NoDisplay, PlainDisplay
 from .cliload import load_for_cli
 from .paths import default_data_dir, default_db
 from .runs import RunPlan, create_run
-from .scheduler import Engine, EngineBusy, engine_alive
+from .scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
 from .spec import SpecLookupError
 from .secrets import load_secrets
 from .store import StoreError, StoreReader, insert_control
 from .tiers import ALL_TIERS
 from .figure import write_pyramid_figure
-from .scoring import render, score_run
+from .scoring import choose_scoring, render, score_run
+from .scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, not_rescored_lines
+from .scorings import header as scoring_header
 from .views import job_rows, tier_glyphs
 
 # Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns.
@@ -54,6 +56,20 @@ def _open_run(db_path: Path | None, run_ref: str) -> tuple[StoreReader, dict[str
     try:
         return reader, reader.resolve_run(run_ref)
     except StoreError as error:
+        raise click.ClickException(str(error)) from error
+
+
+scoring_option = click.option(
+    "--scoring", "scoring_ref", default="latest", show_default=True, metavar="original|latest|N",
+    help="Which scoring of the run: what it recorded (original), its newest finished rescore (latest), "
+         "or rescore N.",
+)
+
+
+def _scoring(reader: StoreReader, run_id: str, ref: str) -> tuple[Scoring, list[Scoring]]:
+    try:
+        return choose_scoring(reader, run_id, ref)
+    except ScoringLookupError as error:
         raise click.ClickException(str(error)) from error
 
 
@@ -196,14 +212,21 @@ def list_runs(db_path: Path | None) -> None:
 @click.argument("run_ref", metavar="RUN", default="latest", required=False)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def show(run_ref: str, db_path: Path | None, as_json: bool) -> None:
-    """Per-job table of a run (default: the latest) with one glyph per tier C0–C5."""
+@scoring_option
+def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "latest") -> None:
+    """Per-job table of a run (default: the latest) with one glyph per tier C0–C5, from one scoring."""
     reader, run_row = _open_run(db_path, run_ref)
-    rows = job_rows(reader, run_row["id"])
+    chosen, scorings = _scoring(reader, run_row["id"], scoring_ref)
+    rows = job_rows(reader, run_row["id"], chosen)
+    lines = [scoring_header(chosen, scorings), *not_rescored_lines(not_rescored(reader.rows, chosen))]
     if as_json:
-        click.echo(json.dumps({"run": run_row | {"spec_json": None}, "jobs": rows}, indent=2, default=str))
+        scoring = chosen.to_json() | {"header": lines[0], "original_rules_version": scorings[0].rules_version}
+        click.echo(json.dumps({"run": run_row | {"spec_json": None}, "scoring": scoring, "jobs": rows},
+                              indent=2, default=str))
         return
     console.print(f"run {run_row['id']} · {run_row['name']} · {run_row['state']} · {run_row['data_dir']}")
+    for line in lines:
+        console.print(line, markup=False)
     table = Table("job", "host:gpus", "state", "C0 C1 C2 C3 C4 C5", "attempt", "agent s", "tokens", "cost",
                   "elapsed", "reason")
     for row in rows:
@@ -227,16 +250,58 @@ def show(run_ref: str, db_path: Path | None, as_json: bool) -> None:
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json", "latex"]), default="md", show_default=True)
 @click.option("--figure", type=click.Path(path_type=Path), help="Also write the pyramid figure (.png or .svg).")
-def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None) -> None:
-    """Scores of a run: per agent C0 ratios, C1–C4 pass rates with denominators, C5 hallucinations."""
+@scoring_option
+def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None, scoring_ref: str = "latest") -> None:
+    """Scores of a run: per agent C0 ratios, C1–C4 pass rates with denominators, C5 hallucinations;
+    from its latest scoring unless --scoring names another, and saying which."""
     reader, run_row = _open_run(db_path, run_ref)
-    scores = score_run(reader, run_row["id"])
+    chosen, _ = _scoring(reader, run_row["id"], scoring_ref)
+    scores = score_run(reader, run_row["id"], chosen)
     click.echo(render(scores, fmt), nl=False)
     if figure is not None:
         if figure.suffix not in (".png", ".svg"):
             raise click.BadParameter("the figure must end in .png or .svg", param_hint="--figure")
         write_pyramid_figure(scores, figure)
         click.echo(f"figure written to {figure}", err=True)
+
+
+@main.command()
+@click.argument("run_ref", metavar="RUN")
+@db_option
+@click.option("--tiers", "tiers_text", default="all", show_default=True, metavar="LIST",
+              help="Tiers to judge again: `all` (every tier the run scored) or a comma list of them.")
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="Jobs judged at once (default: the run's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
+def rescore(run_ref: str, db_path: Path | None, tiers_text: str, jobs: int | None, as_json: bool) -> None:
+    """Judge the kept post-agent state of every job of a run again, with the current rules, into a new
+    scoring (`rescore N`); the agent never runs again and the run's own results stay as they were.
+    Prints what changed against the original scoring, per job and tier and in pass rates per agent."""
+    from .rescore import Rescorer, RescoreRefused
+    from .scoring_diff import compare_scorings, render_json, render_text
+
+    db = _db(db_path)
+    reader, run_row = _open_run(db_path, run_ref)
+    reader.close()
+    tiers = None if tiers_text == "all" else parse_tiers(tiers_text)
+    # progress goes to stderr: stdout holds the report alone (JSON with --json)
+    progress = PlainDisplay(Console(file=sys.stderr, highlight=False, width=None if sys.stderr.isatty() else 200))
+    rescorer = Rescorer(db, run_row["id"], progress, tiers=tiers, jobs_limit=jobs)
+    try:
+        state = asyncio.run(rescorer.execute())
+    except (EngineBusy, RescoreRefused) as error:
+        raise click.ClickException(str(error)) from error
+    reader = _reader(db_path)
+    try:
+        scorings = choose_scoring(reader, run_row["id"])[1]
+        new = next(scoring for scoring in scorings if scoring.id == rescorer.scoring_id)
+        diff = compare_scorings(reader, run_row["id"], scorings[0], new)
+    finally:
+        reader.close()
+    click.echo(render_json(diff) if as_json else render_text(diff), nl=as_json)
+    if state == "interrupted":
+        sys.exit(130)
+    if state == "empty":  # no job's kept state could be judged: nothing to read, and scripts should know
+        sys.exit(1)
 
 
 @main.command()
@@ -302,7 +367,11 @@ def prune(run_ref: str, db_path: Path | None) -> None:
     from .prune import PruneRefused, prune_run
 
     reader, run_row = _open_run(db_path, run_ref)
+    holder = live_rescore(reader.rows, run_row["id"], STALE_AFTER_S)
     reader.close()
+    if holder is not None:  # it is judging those very checkpoints
+        raise click.ClickException(f"run {run_row['id']} is being rescored ({holder['label']}) by PID "
+                                   f"{holder['engine_pid']}; prune it once that ends")
     try:
         results = asyncio.run(prune_run(run_row))
     except PruneRefused as error:

@@ -35,7 +35,10 @@ def write_pyramid_figure(scores: RunScores, path: Path) -> Path:
         "imports", "CPU run", "CUDA", "1 GPU", "multi-GPU"))])
     ax.set_ylim(0, 110)
     ax.set_ylabel("pass rate (% of judged jobs)")
-    ax.set_title(f"Verification pyramid · run {scores.run['id']}", fontsize=10)
+    title = f"Verification pyramid · run {scores.run['id']}"
+    if scores.scoring is not None:
+        title += f"\n{scores.scoring.describe()}"
+    ax.set_title(title, fontsize=10)
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(frameon=False, fontsize=8, loc="upper right")
     fig.tight_layout()

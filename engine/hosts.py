@@ -106,12 +106,17 @@ class HostPool:
         """How many GPUs a job that wants `needed` will get, given the run's hosts."""
         return min(needed, max(len(host.gpu_ids) for host in self.hosts))
 
-    def lease(self, needed: int) -> Lease | None:
+    def lease(self, needed: int, on: str | None = None) -> Lease | None:
+        """A slot and GPUs for a job that wants `needed`; `on` pins it to the named host (where a kept
+        post-agent state lives), which then grants at most the GPUs it has."""
         want = self.grantable(needed)
+        if on is not None:
+            want = min([needed, *(len(host.gpu_ids) for host in self.hosts if host.name == on)])
         candidates = [
             host for host in self.hosts
             if len(host.gpu_ids) >= want and host.busy_slots < host.slots and len(host.free_gpus) >= want
             and host.available()  # issue 7: never a host that is down
+            and (on is None or host.name == on)
         ]
         if want == 0:
             # CPU-only work prefers hosts without GPUs, then the least busy one.

@@ -22,7 +22,7 @@ from .integrity import verify_checkout
 from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError, is_remote
 from .secrets import redact_files, redact_obj  # issue 6: secrets never reach the store
 from .store import StoreWriter
-from .tiers import TierRunner, tail_text
+from .tiers import PROBE_TIERS, TierRunner, tail_text
 
 EXCERPT_BYTES = 4096
 
@@ -95,6 +95,7 @@ class JobAttempt:
     pristine: Pristine | None = None
     tier_runner: TierRunner | None = None
     log_prefix: str = ""  # tier re-runs write their logs beside the kept attempt's, under their own names
+    scoring_id: int | None = None  # the scoring its tier results belong to; None: the run's original scoring
     _log_counter: int = field(default=0)
     agent_stop_reason: str | None = None  # issue 6: why the agent was stopped (budget:tokens, ...)
 
@@ -140,12 +141,29 @@ class JobAttempt:
 
     async def execute_tier(self, tier: str, previous: dict[str, Any]) -> AttemptOutcome:
         """Re-run one tier on this attempt's kept post-agent state (the agent does not run again)."""
+        return await self.execute_tiers((tier,), previous)
+
+    async def execute_tiers(self, tiers: tuple[str, ...], previous: dict[str, Any]) -> AttemptOutcome:
+        """Judge `tiers` again on this attempt's kept post-agent state, in the order a full attempt
+        judges them (the agent does not run again). `previous` holds the verdicts of tiers not
+        judged here (C5 reads C4's)."""
         outcome = AttemptOutcome("done")
+        probes = tuple(tier for tier in PROBE_TIERS if tier in tiers)
         try:
             await self._phase("provision", self.timeouts.provision, self._reopen)
-            self.tier_runner = TierRunner(self, (tier,), self.lease.host.driver(), previous=previous)
+            self.tier_runner = TierRunner(self, tiers, self.lease.host.driver(), previous=previous)
             runner = self.tier_runner
-            await self._phase("probes" if tier != "C5" else "audit", self.timeouts.probes, lambda: runner.rerun(tier))
+
+            async def judge_probes() -> None:
+                for tier in probes:
+                    await runner.rerun(tier)
+
+            if probes:
+                await self._phase("probes", self.timeouts.probes, judge_probes)
+            if "C5" in tiers:
+                # Alone, C5 first measures the interpreter as the probes phase would: it gets that time.
+                timeout = self.timeouts.audit if probes else self.timeouts.probes
+                await self._phase("audit", timeout, lambda: runner.rerun("C5"))
         except AttemptError as error:
             outcome = AttemptOutcome("error", error.category, str(error))
         finally:

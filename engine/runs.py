@@ -1,7 +1,8 @@
 """Creating a run: the job plan (repo tasks × agents) and a snapshot of the spec it runs under.
 
 The snapshot makes a run self-contained: resuming it later uses the spec as it was, even if
-benchmark.yaml has changed since.
+benchmark.yaml has changed since. The run's original scoring records the rules version it is
+judged by, so a later rules change can be told apart (`resenv rescore`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..probes import rules
 from .spec import Benchmark
 from .store import dumps, open_for_writing
 from .tiers import ALL_TIERS
@@ -60,6 +62,9 @@ def create_run(bench: Benchmark, plan: RunPlan, db_path: Path, data_root: Path) 
             [(run_id, f"{repo.id}/{agent}", plan.suite, repo.id, agent, repo.gpus_needed(plan.tiers), now)
              for repo in repos for agent in plan.agents],
         )
+        conn.execute(
+            "INSERT INTO scorings (run_id, number, label, rules_version, state, created_at)"
+            " VALUES (?, 0, 'original', ?, 'done', ?)", (run_id, rules.RULES_VERSION, now))
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

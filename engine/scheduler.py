@@ -27,6 +27,7 @@ from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
 from .recovery import replay_attempt_logs
 from .sandbox.process import kill_stale_group
+from .scorings import live_rescore
 from .spec import Benchmark, benchmark_from_snapshot
 from .store import StoreWriter, connect, dumps
 from .tiers import ALL_TIERS, ENTRYPOINT_OF, GPUS_FOR
@@ -46,6 +47,25 @@ class Display(Protocol):
 
 class EngineBusy(Exception):
     """Another live engine owns this run."""
+
+
+@dataclass(frozen=True)
+class TierWork:
+    """Tiers to judge again on the post-agent state an attempt of a job left; the agent does not run again.
+
+    An operator's tier retry is one tier, recorded in the run's original scoring, on the newest full
+    attempt. A rescore judges a job's tiers into a new scoring, on the attempt that scoring names
+    (`kept`: its number, work dir and host, where that state lives), with `gpus` as many GPUs as the
+    attempt had, so the tiers are judged as they were."""
+
+    job_id: int
+    tiers: tuple[str, ...]
+    scope: str  # the new attempt's scope: the re-run tier, or `rescore`
+    log_prefix: str  # its logs sit beside the kept attempt's as `<prefix><attempt number>-<log>`
+    announce: tuple[str, dict[str, Any]]  # the event that opens the attempt's transcript
+    scoring_id: int | None = None  # None: the run's original scoring
+    kept: dict[str, Any] | None = None  # None: the job's newest full attempt, on any host
+    gpus: int | None = None  # None: what the tiers need
 
 
 @dataclass
@@ -93,7 +113,7 @@ class Engine:
         self.wake = asyncio.Event()
         self.controls = ControlApplier(self)
         self.requeue_after: dict[int, float] = {}
-        self.tier_retries: deque[tuple[int, str]] = deque()
+        self.tier_retries: deque[TierWork] = deque()
 
     # -- setup ------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -106,6 +126,7 @@ class Engine:
             reader.close()
         if engine_alive(run) and run["engine_pid"] != os.getpid():
             raise EngineBusy(f"run {self.run_id} is being run by engine PID {run['engine_pid']} on {run['engine_host']}")
+        self._refuse_if_rescoring()
         self.run = run
         options = json.loads(run["options_json"])
         self.bench: Benchmark = benchmark_from_snapshot(json.loads(run["spec_json"]), Path(run["base_dir"]))
@@ -119,6 +140,18 @@ class Engine:
             pristines=PristineCache(self.run_dir / "pristine"), agents=agents,
             tiers=tuple(options.get("tiers", ALL_TIERS)),
         )
+
+    def _refuse_if_rescoring(self) -> None:
+        """A run being rescored keeps its states as they are until the rescore ends."""
+        conn = connect(self.db_path, readonly=True)
+        try:
+            holder = live_rescore(lambda sql, params: [dict(row) for row in conn.execute(sql, params)],
+                                  self.run_id, STALE_AFTER_S)
+        finally:
+            conn.close()
+        if holder is not None and holder["engine_pid"] != os.getpid():
+            raise EngineBusy(f"run {self.run_id} is being rescored ({holder['label']}) by PID {holder['engine_pid']}"
+                             f" on {holder['engine_host']}")
 
     async def execute(self) -> str:
         """Run (or resume) until every job is finished or the run is cancelled; returns the run state."""
@@ -261,19 +294,23 @@ class Engine:
         self.pending = waiting
 
     def queue_tier_retry(self, job_id: int, tier: str) -> None:
-        self.tier_retries.append((job_id, tier))
+        self.tier_retries.append(TierWork(job_id, (tier,), scope=tier, log_prefix="retry",
+                                          announce=("tier_retry", {"tier": tier})))
         self.wake.set()
 
     def _dispatch_tier_retries(self) -> None:
-        waiting: deque[tuple[int, str]] = deque()
+        waiting: deque[TierWork] = deque()
         while self.tier_retries and len(self.running) < self.limit:
-            job_id, tier = self.tier_retries.popleft()
-            job = self.jobs[job_id]
-            lease = None if job_id in self.running else self.pool.lease(self._tier_gpus(job, tier))
+            work = self.tier_retries.popleft()
+            job = self.jobs[work.job_id]
+            gpus = work.gpus if work.gpus is not None else max(self._tier_gpus(job, tier) for tier in work.tiers)
+            host = work.kept["host"] if work.kept else None
+            lease = None if work.job_id in self.running else self.pool.lease(gpus, on=host)
             if lease is None:
-                waiting.append((job_id, tier))
+                waiting.append(work)
                 continue
-            self._launch(job, lambda running: self._run_tier(job, tier, running, lease), f"tier-{job['key']}-{tier}")
+            self._launch(job, lambda running: self._run_tier(job, work, running, lease),
+                         f"tier-{job['key']}-{'-'.join(work.tiers)}")
         waiting.extend(self.tier_retries)
         self.tier_retries = waiting
 
@@ -287,9 +324,9 @@ class Engine:
         entry = self.suite.repo(job["repo_id"]).tiers().get(ENTRYPOINT_OF.get(tier, ""))
         return getattr(entry, "gpus", GPUS_FOR[tier]) if entry is not None and not isinstance(entry, str) else GPUS_FOR[tier]
 
-    async def _run_tier(self, job: dict[str, Any], tier: str, running: Running, lease: Lease) -> None:
-        """A tier re-run: a new attempt (scope = the tier) over the newest full attempt's kept work dir."""
-        kept = self._latest_full_attempt(job["id"])
+    async def _run_tier(self, job: dict[str, Any], work: TierWork, running: Running, lease: Lease) -> None:
+        """Tiers judged again: a new attempt (scope = the re-run tier, or `rescore`) over a kept work dir."""
+        kept = work.kept or self._latest_full_attempt(job["id"])
         job["attempts"] += 1
         number, now = job["attempts"], time.time()
         gpus = ",".join(str(gpu) for gpu in lease.gpus)
@@ -297,7 +334,7 @@ class Engine:
         attempt_id: int | None = None
         try:
             attempt_id = await self.writer.insert("attempts", {
-                "run_id": self.run_id, "job_id": job["id"], "number": number, "state": "running", "scope": tier,
+                "run_id": self.run_id, "job_id": job["id"], "number": number, "state": "running", "scope": work.scope,
                 "host": lease.host.name, "gpus": gpus, "workdir": kept["workdir"], "started_at": now, "heartbeat_at": now,
             })
             self.writer.update("jobs", job["id"], {"attempts": number})
@@ -307,9 +344,10 @@ class Engine:
             )
             sink = EventSink(self.writer, self.run_id, job["id"], attempt_id)
             running.attempt = JobAttempt(self.ctx, job, kept["number"], attempt_id, lease, sink,
-                                         log_prefix=f"retry{number}-")
-            sink.emit("tier_retry", {"tier": tier, "kept_attempt": kept["number"]})
-            outcome = await running.attempt.execute_tier(tier, self._latest_tier_rows(job["id"]))
+                                         log_prefix=f"{work.log_prefix}{number}-", scoring_id=work.scoring_id)
+            kind, data = work.announce
+            sink.emit(kind, {**data, "kept_attempt": kept["number"]})
+            outcome = await running.attempt.execute_tiers(work.tiers, self._original_tier_rows(job["id"]))
         except asyncio.CancelledError:
             outcome = AttemptOutcome("cancelled", reason=running.stop_reason)
         except Exception as error:  # the run goes on
@@ -324,7 +362,13 @@ class Engine:
                 "state": outcome.state, "category": outcome.category, "reason": outcome.reason,
                 "finished_at": end, "phase": None})
             self.writer.execute("UPDATE leases SET ended_at = ? WHERE attempt_id = ?", (end, attempt_id))
-        self.display.message(f"{job['key']}: tier {tier} re-run {outcome.state}")
+        self._tier_work_finished(job, work, kept, attempt_id, outcome)
+
+    def _tier_work_finished(
+        self, job: dict[str, Any], work: TierWork, kept: dict[str, Any], attempt_id: int | None,
+        outcome: AttemptOutcome,
+    ) -> None:
+        self.display.message(f"{job['key']}: tier {work.tiers[0]} re-run {outcome.state}")
 
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
         """A short read on its own read-only connection (what the writer committed so far)."""
@@ -339,8 +383,11 @@ class Engine:
             "SELECT number, workdir FROM attempts WHERE job_id = ? AND scope = 'job' ORDER BY number DESC LIMIT 1",
             (job_id,))[0]
 
-    def _latest_tier_rows(self, job_id: int) -> dict[str, Any]:
-        rows = self._read("SELECT tier, status, category FROM tier_results WHERE job_id = ? ORDER BY id", (job_id,))
+    def _original_tier_rows(self, job_id: int) -> dict[str, Any]:
+        """The newest verdict of each tier of the job in the run's own (original) scoring."""
+        rows = self._read(
+            "SELECT tier, status, category FROM tier_results WHERE job_id = ? AND (scoring_id IS NULL OR scoring_id"
+            " IN (SELECT id FROM scorings WHERE number = 0)) ORDER BY id", (job_id,))
         return {row["tier"]: row for row in rows}
 
     def _release_backoffs(self) -> None:
@@ -461,11 +508,14 @@ class Engine:
         except RuntimeError:  # the loop is closed: the engine has already finished
             pass
 
+    def interrupt_message(self) -> str:
+        return f"interrupted: stopping jobs (resume with `resenv run --resume {self.run_id}`)"
+
     def _interrupt(self) -> None:
         """Ctrl-C / SIGTERM: kill every sandbox, record the attempts as interrupted, stop."""
         if self.cancelled:
             return
-        self.display.message("interrupted: stopping jobs (resume with `resenv run --resume %s`)" % self.run_id)
+        self.display.message(self.interrupt_message())
         self.cancelled = True
         self.interrupted = True
         for running in self.running.values():

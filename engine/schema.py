@@ -192,6 +192,43 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX findings_job ON findings(job_id);
     """,
+    # 4: scorings: the verdicts a run recorded live (`original`, number 0) and every later rescore of
+    # its kept post-agent states, each with the rules version that judged it. A tier result with
+    # no scoring_id belongs to its run's original scoring; runs from before this migration get an
+    # original scoring whose rules version is unknown. `scoring_jobs` says per job what a rescore
+    # did (rescored, partial, not_rescored) and why. A scoring's state is running, done, interrupted
+    # or empty (it could judge no job); readers' `latest` is the newest done one. `engine_pid`, `engine_host` and
+    # `heartbeat_at` tell a live rescore from a dead one.
+    """
+    CREATE TABLE scorings (
+        id INTEGER PRIMARY KEY,
+        run_id TEXT NOT NULL REFERENCES runs(id),
+        number INTEGER NOT NULL,
+        label TEXT NOT NULL,
+        rules_version TEXT NOT NULL,
+        tiers_json TEXT,
+        state TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        finished_at REAL,
+        engine_pid INTEGER,
+        engine_host TEXT,
+        heartbeat_at REAL,
+        UNIQUE (run_id, number)
+    );
+    CREATE TABLE scoring_jobs (
+        scoring_id INTEGER NOT NULL REFERENCES scorings(id),
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        kept_attempt INTEGER,
+        attempt_id INTEGER,
+        outcome TEXT NOT NULL,
+        reason TEXT,
+        PRIMARY KEY (scoring_id, job_id)
+    );
+    ALTER TABLE tier_results ADD COLUMN scoring_id INTEGER REFERENCES scorings(id);
+    CREATE INDEX tier_results_scoring ON tier_results(run_id, scoring_id);
+    INSERT INTO scorings (run_id, number, label, rules_version, state, created_at, finished_at)
+        SELECT id, 0, 'original', 'unknown (before versioning)', 'done', created_at, finished_at FROM runs;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -3,6 +3,9 @@
 Denominators are explicit: a tier counts a job only when it was judged (`pass` or `fail`). Skips
 (not applicable, insufficient hardware) and infrastructure errors leave the denominator and are
 counted in their own columns, so a missing GPU never reads as an agent failure.
+
+Every score is of one scoring of the run (engine/scorings.py): by default the latest, and every
+rendering names it and its rules version, so a rescored run is never mistaken for its original.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .scorings import Scoring, list_scorings, not_rescored, not_rescored_lines, resolve_scoring
+from .scorings import header as scoring_header
 from .store import StoreReader
-from .views import job_findings
+from .findings import job_findings
 from .tiers import ALL_TIERS
 
 PYRAMID = ("C0", "C1", "C2", "C3", "C4")
@@ -77,16 +82,42 @@ class RunScores:
     repos: list[dict[str, Any]]  # one pyramid row per job: repo, agent, tier -> status/category
     per_job_hallucinations: list[dict[str, Any]]
     findings: list[dict[str, Any]] = field(default_factory=list)  # integrity findings, one row each
+    scoring: Scoring | None = None  # which scoring of the run these are
+    scorings: list[Scoring] = field(default_factory=list)  # all of them, the original first
+    not_rescored: list[dict[str, Any]] = field(default_factory=list)  # jobs this scoring did not judge
+
+    def header(self) -> str:
+        """`scoring: rescore 1 (rules 2026.12), original: rules …`: what every rendering starts with."""
+        return scoring_header(self.scoring, self.scorings) if self.scoring is not None else ""
+
+    def header_lines(self) -> list[str]:
+        return [self.header(), *not_rescored_lines(self.not_rescored)] if self.scoring is not None else []
 
 
-def latest_results(reader: StoreReader, run_id: str) -> dict[int, dict[str, dict[str, Any]]]:
-    """The newest result of each tier of each job (a tier retry supersedes what it re-ran)."""
+def choose_scoring(
+    reader: StoreReader, run_id: str, ref: Scoring | str | int | None = "latest",
+) -> tuple[Scoring, list[Scoring]]:
+    """The scoring `ref` names (`original`, `latest` or a rescore's number) and every scoring of the run."""
+    scorings = list_scorings(reader.rows, run_id)
+    if isinstance(ref, Scoring):
+        return ref, scorings
+    return resolve_scoring(scorings, ref), scorings
+
+
+def latest_results(
+    reader: StoreReader, run_id: str, scoring: Scoring | None = None,
+) -> dict[int, dict[str, dict[str, Any]]]:
+    """The newest result of each tier of each job in one scoring (default: the latest); within a
+    scoring a tier retry supersedes what it re-ran."""
+    if scoring is None:
+        scoring, _ = choose_scoring(reader, run_id)
+    where, params = scoring.where()
     latest: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
     rows = reader.conn.execute(
         # Only C0's figures and C5's findings are read from the evidence: skip the other blobs.
         "SELECT job_id, tier, status, category,"
         " CASE WHEN tier IN ('C0', 'C5') THEN evidence_json END AS evidence_json"
-        " FROM tier_results WHERE run_id = ? ORDER BY id", (run_id,))
+        f" FROM tier_results WHERE run_id = ? AND {where} ORDER BY id", (run_id, *params))
     for job_id, tier, status, category, evidence_json in rows:
         latest[job_id][tier] = {"status": status, "category": category, "evidence_json": evidence_json}
     for tiers in latest.values():
@@ -96,11 +127,13 @@ def latest_results(reader: StoreReader, run_id: str) -> dict[int, dict[str, dict
     return latest
 
 
-def score_run(reader: StoreReader, run_id: str) -> RunScores:
+def score_run(reader: StoreReader, run_id: str, scoring: Scoring | str | int | None = "latest") -> RunScores:
+    """Scores of one scoring of the run (`latest` by default; `original` or a rescore's number)."""
     run = reader.run(run_id)
     assert run is not None
     jobs = reader.jobs(run_id)
-    results = latest_results(reader, run_id)
+    chosen, scorings = choose_scoring(reader, run_id, scoring)
+    results = latest_results(reader, run_id, chosen)
     agents: dict[str, AgentScore] = {}
     repos, hallucinated = [], []
     agent_time = {row["job_id"]: row["seconds"] or 0.0 for row in reader.rows(
@@ -137,7 +170,8 @@ def score_run(reader: StoreReader, run_id: str) -> RunScores:
     by_job = job_findings(reader, run_id)
     findings = [{"repo": job["repo_id"], "agent": job["agent"], **{k: f[k] for k in ("kind", "path", "action")}}
                 for job in jobs for f in by_job.get(job["id"], [])]
-    return RunScores(run=run, agents=agents, repos=repos, per_job_hallucinations=hallucinated, findings=findings)
+    return RunScores(run=run, agents=agents, repos=repos, per_job_hallucinations=hallucinated, findings=findings,
+                     scoring=chosen, scorings=scorings, not_rescored=not_rescored(reader.rows, chosen))
 
 
 def _count(score: AgentScore, tier: str, result: dict[str, Any]) -> None:
@@ -225,14 +259,19 @@ def render(scores: RunScores, fmt: str) -> str:
     if fmt == "csv":
         out = io.StringIO()
         writer = csv.writer(out)
+        for line in scores.header_lines():
+            writer.writerow([f"# {line}"])
         for title, header, rows in tables:
             writer.writerow([f"# {title}"])
             writer.writerow(header)
             writer.writerows(rows)
         return out.getvalue()
     if fmt == "latex":
-        return "\n\n".join(_latex(title, header, rows) for title, header, rows in tables)
+        comments = "".join(f"% {line}\n" for line in scores.header_lines())
+        return comments + "\n\n".join(_latex(title, header, rows) for title, header, rows in tables)
     parts = [f"# resenv report · run {scores.run['id']} · {scores.run['name']}"]
+    if scores.scoring is not None:
+        parts.append("\n".join(scores.header_lines()))
     for title, header, rows in tables:
         parts.append(f"## {title}\n\n" + _markdown(header, rows))
     parts.append("Pass rates are passed/judged; skips (`no hw`: too few GPUs on the host) and infrastructure "
@@ -255,7 +294,12 @@ def to_json(scores: RunScores) -> dict[str, Any]:
             "agent_seconds": score.agent_seconds, "input_tokens": score.input_tokens,
             "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "env_bytes": score.env_bytes,
         }
-    return {"run": {key: scores.run[key] for key in ("id", "name", "suite", "state")}, "agents": agents,
+    scoring = None
+    if scores.scoring is not None:
+        scoring = scores.scoring.to_json() | {"header": scores.header(), "not_rescored": scores.not_rescored,
+                                              "original_rules_version": scores.scorings[0].rules_version}
+    return {"run": {key: scores.run[key] for key in ("id", "name", "suite", "state")}, "scoring": scoring,
+            "scorings": [item.to_json() for item in scores.scorings], "agents": agents,
             "repos": scores.repos, "hallucinations_per_job": scores.per_job_hallucinations,
             "integrity_findings": scores.findings}
 

@@ -175,10 +175,10 @@ class TierRunner:
         attempt = self.attempt
         evidence = json.dumps(result.evidence, default=str)
         attempt.ctx.writer.execute(
-            "INSERT INTO tier_results (run_id, job_id, attempt_id, tier, status, category, evidence_json, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO tier_results (run_id, job_id, attempt_id, tier, status, category, evidence_json, created_at,"
+            " scoring_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (attempt.ctx.run_id, attempt.job["id"], attempt.attempt_id, result.tier, result.status,
-             result.category, evidence, time.time()),
+             result.category, evidence, time.time(), attempt.scoring_id),
         )
         attempt.sink.emit("tier", {"tier": result.tier, "status": result.status, "category": result.category})
 

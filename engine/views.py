@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
+from .scoring import choose_scoring
+from .scorings import Scoring
+from .findings import findings_summary, job_findings
 from .store import StoreReader
 
 TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
@@ -16,11 +18,15 @@ def tier_glyphs(tiers: dict[str, str | None]) -> str:
     return "  ".join(GLYPHS.get(tiers.get(tier), "?") for tier in TIERS)
 
 
-def job_rows(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
-    """One row per job: where it ran, its state, the latest status of each tier, agent time."""
+def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -> list[dict[str, Any]]:
+    """One row per job: where it ran, its state, the latest status of each tier in `scoring` (default:
+    the latest scoring), agent time."""
+    if scoring is None:
+        scoring, _ = choose_scoring(reader, run_id)
+    where, params = scoring.where()
     tiers: dict[int, dict[str, str]] = {}
     for result in reader.rows(
-        "SELECT job_id, tier, status FROM tier_results WHERE run_id = ? ORDER BY id", (run_id,)
+        f"SELECT job_id, tier, status FROM tier_results WHERE run_id = ? AND {where} ORDER BY id", (run_id, *params)
     ):
         tiers.setdefault(result["job_id"], {})[result["tier"]] = result["status"]
     agent_time = {
@@ -56,29 +62,6 @@ def job_rows(reader: StoreReader, run_id: str) -> list[dict[str, Any]]:
             "integrity": findings_summary(findings.get(job["id"], [])),
         })
     return rows
-
-
-def job_findings(reader: StoreReader, run_id: str) -> dict[int, list[dict[str, Any]]]:
-    """Integrity findings of each job's latest job attempt: what the agent changed that the probes
-    do not judge on (an edited tracked file, a shadowing file, a start-up hook), and what was done."""
-    found: dict[int, list[dict[str, Any]]] = {}
-    for row in reader.rows(
-        "SELECT f.job_id, f.kind, f.path, f.action, f.detail_json FROM findings f JOIN attempts a ON a.id = f.attempt_id"
-        " WHERE f.run_id = ? AND a.number = (SELECT MAX(number) FROM attempts WHERE job_id = a.job_id AND scope = 'job')"
-        " ORDER BY f.id", (run_id,),
-    ):
-        detail = json.loads(row["detail_json"] or "{}")
-        found.setdefault(row["job_id"], []).append(
-            {"kind": row["kind"], "path": row["path"], "action": row["action"], "detail": detail})
-    return found
-
-
-def findings_summary(findings: list[dict[str, Any]]) -> str:
-    """``2 shadow, 1 tracked_modified`` for a table cell; empty when there are none."""
-    counts: dict[str, int] = {}
-    for finding in findings:
-        counts[finding["kind"]] = counts.get(finding["kind"], 0) + 1
-    return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
 
 
 def _elapsed(job: dict[str, Any]) -> str:

@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..engine.runref import find_run
 from ..engine.schema import SCHEMA_VERSION
+from ..engine.scorings import SCORINGS_SCHEMA, Scoring, list_scorings, resolve_scoring
+from ..engine.scorings import header as scoring_header
 
 if TYPE_CHECKING:  # imported lazily: engine.store pulls in sqlite_utils, engine.scoring the probes
     from ..engine.scoring import RunScores
@@ -70,7 +72,7 @@ GPU_HISTORY = 240
 STALE_SAMPLE_S = 15.0
 TRANSCRIPT_BACKFILL = 5000
 TRANSCRIPT_KINDS = ("transcript", "command", "exit", "phase", "timeout", "tier", "interrupted", "agent_finished",
-                    "error", "checkout", "leftover_killed", "tier_retry", "slurm")
+                    "error", "checkout", "leftover_killed", "tier_retry", "rescore", "slurm")
 STATE_KINDS = ("job_state", "phase", "tier", "run_state", "control", "interrupted", "slurm")
 FINISHED = {"done", "error", "cancelled"}
 JOB_COLUMNS = "id, key, repo_id, agent, gpus_needed, state, attempts, host, gpus, reason, started_at, finished_at"
@@ -289,6 +291,9 @@ def format_event(kind: str, data: dict[str, Any]) -> list[str]:
         return [f"  checkout {str(data.get('commit', ''))[:12]}"]
     if kind == "tier_retry":
         return [f"── re-run of tier {data.get('tier')} on the state attempt {data.get('kept_attempt')} left ──"]
+    if kind == "rescore":
+        return [f"── {data.get('scoring')} (rules {data.get('rules_version')}): tiers {', '.join(data.get('tiers') or [])}"
+                f" judged again on the state attempt {data.get('kept_attempt')} left ──"]
     if kind == "leftover_killed":
         return [f"! killed leftover process group {data.get('pgid')}"]
     if kind == "slurm":  # issue 10
@@ -357,6 +362,11 @@ class Reader:
             raise FeedError(f"database schema version {version} is newer than this resenv understands")
         if version == 0:
             raise FeedError(f"{path} is not a resenv database (no schema)")
+        self.version = version  # the dashboard reads older stores as they are, without upgrading them
+
+    def scorings(self, run_id: str) -> list[Scoring]:
+        """The run's scorings (only its original one in a store from before scorings)."""
+        return list_scorings(self.rows, run_id, versioned=self.version >= SCORINGS_SCHEMA)
 
     def rows(self, sql: str, params: Any = ()) -> list[dict[str, Any]]:
         return [dict(row) for row in self.conn.execute(sql, params)]
@@ -386,7 +396,8 @@ def store_reader(db_path: Path) -> StoreReader:
 
 # -- the feed ---------------------------------------------------------------------------------
 def _scope(row: Any) -> str:
-    """An attempt's scope: `job` (a full attempt) or the tier a tier re-run re-ran (schema v2)."""
+    """An attempt's scope: `job` (a full attempt), the tier a tier re-run re-ran (schema v2), or
+    `rescore` (the tiers of a rescore, schema v4)."""
     try:
         return row["scope"] or "job"
     except (IndexError, KeyError):
@@ -417,6 +428,9 @@ class RunFeed:
         self.jobs: dict[int, JobView] = {}
         self.tiers_selected: tuple[str, ...] = ALL_TIERS
         self.scores: RunScores | None = None
+        # The scoring the dashboard shows: the run's latest finished one (its original while it runs).
+        self.scoring: Scoring | None = None
+        self.scoring_header = ""
         self.hosts: dict[str, HostView] = {}
         self.gpu: dict[tuple[str, int], deque[Sample]] = {}
         self.tokens = 0
@@ -497,15 +511,8 @@ class RunFeed:
         running = {row["job_id"]: (row["id"], row["phase"]) for row in db.conn.execute(
             "SELECT * FROM attempts WHERE run_id = ? AND state = 'running'", (self.run_id,))
             if _scope(row) == "job"}  # a tier re-run (scope = its tier) keeps the job's other results
-        tiers: dict[int, dict[str, str]] = {}
-        for job_id, attempt_id, tier, status in db.conn.execute(
-            "SELECT t.job_id, t.attempt_id, t.tier, t.status FROM jobs j JOIN tier_results t ON t.job_id = j.id"
-            " WHERE j.run_id = ? ORDER BY t.id", (self.run_id,)
-        ):
-            current = running.get(job_id)
-            if current is not None and current[0] != attempt_id:
-                continue  # a running retry shows its own tiers, not the last attempt's
-            tiers.setdefault(job_id, {})[tier] = status
+        self._choose_scoring(db)
+        tiers = self._scoring_tiers(db, running)
         usage: dict[int, tuple[int, float]] = {}
         self._last_usage = db.conn.execute("SELECT COALESCE(MAX(id), 0) FROM usage").fetchone()[0]
         for job_id, tokens, cost in db.conn.execute(
@@ -543,6 +550,56 @@ class RunFeed:
             self._pending.job_set = True
             self._pending.run = self._pending.hosts = self._pending.gpu = self._pending.usage = True
         self.loaded.set()
+
+    def _choose_scoring(self, db: Reader) -> bool:
+        """Show the run's latest finished scoring; returns whether that changed (a rescore finished)."""
+        scorings = db.scorings(self.run_id)
+        chosen = resolve_scoring(scorings, "latest")
+        changed = self.scoring is None or (chosen.id, chosen.number) != (self.scoring.id, self.scoring.number)
+        self.scoring, self.scoring_header = chosen, scoring_header(chosen, scorings)
+        return changed
+
+    def _scoring_tiers(self, db: Reader, running: Mapping[int, tuple[int, Any]]) -> dict[int, dict[str, str]]:
+        """The latest status of each tier of each job in the shown scoring."""
+        assert self.scoring is not None
+        where, params = self.scoring.where("t.scoring_id")
+        tiers: dict[int, dict[str, str]] = {}
+        for job_id, attempt_id, tier, status in db.conn.execute(
+            "SELECT t.job_id, t.attempt_id, t.tier, t.status FROM jobs j JOIN tier_results t ON t.job_id = j.id"
+            f" WHERE j.run_id = ? AND {where} ORDER BY t.id", (self.run_id, *params)
+        ):
+            current = running.get(job_id) if self.scoring.original else None
+            if current is not None and current[0] != attempt_id:
+                continue  # a running retry shows its own tiers, not the last attempt's
+            tiers.setdefault(job_id, {})[tier] = status
+        return tiers
+
+    def _shown_tier_updates(
+        self, db: Reader, updates: dict[int, list[tuple[int | None, str, str]]],
+    ) -> dict[int, list[tuple[int | None, str, str]]]:
+        """The `tier` events that belong to the shown scoring: a finished rescore never changes, and
+        a rescore under way is not shown until it has finished."""
+        if self.scoring is None or not self.scoring.original:
+            return {}
+        attempts = sorted({attempt for events in updates.values() for attempt, _, _ in events if attempt is not None})
+        rescoring: set[int] = set()
+        for start in range(0, len(attempts), 500):
+            chunk = attempts[start:start + 500]
+            rescoring |= {row[0] for row in db.conn.execute(
+                f"SELECT id FROM attempts WHERE id IN ({','.join('?' * len(chunk))}) AND scope = 'rescore'", chunk)}
+        if not rescoring:
+            return updates
+        return {job_id: [event for event in events if event[0] not in rescoring] for job_id, events in updates.items()}
+
+    def _rescored(self, db: Reader) -> None:
+        """A rescore finished: every job's tiers and the pyramid now come from it."""
+        tiers = self._scoring_tiers(db, {})
+        self.jobs = {job_id: replace(job, tiers=tiers.get(job_id, {})) for job_id, job in self.jobs.items()}
+        self._count_states()
+        self._scores_dirty = True
+        with self.lock:
+            self._pending.job_set = True
+            self._pending.run = True
 
     def _count_states(self) -> None:
         counts: dict[str, int] = {}
@@ -637,6 +694,7 @@ class RunFeed:
             if len(rows) < EVENTS_PER_POLL:
                 break
         if touched:
+            tier_updates = self._shown_tier_updates(db, tier_updates) if tier_updates else tier_updates
             self._refresh_jobs(db, touched, tier_updates, phases, new_attempts, queues)
         self._poll_usage(db)
         self._poll_gpu(db)
@@ -660,12 +718,13 @@ class RunFeed:
         self.next_poll = time.monotonic() + (POLL_S if busy else IDLE_POLL_S)
 
     def compute_scores(self) -> None:
-        """The pyramid panel's numbers, from engine/scoring.py (the same numbers as `resenv report`)."""
+        """The pyramid panel's numbers, from engine/scoring.py (the same numbers as `resenv report`),
+        of the scoring the jobs table shows."""
         from ..engine.scoring import score_run
 
         if self.scoring_reader is None:
             self.scoring_reader = store_reader(self.db_path)
-        self.scores = score_run(self.scoring_reader, self.run_id)
+        self.scores = score_run(self.scoring_reader, self.run_id, self.scoring or "latest")
         self._scores_dirty = False
         self._last_scores = time.monotonic()
         with self.lock:
@@ -698,7 +757,8 @@ class RunFeed:
             )
             tiers = dict(old.tiers)
             if job_id in new_attempts:
-                tiers = {}
+                if self.scoring is None or self.scoring.original:  # a rescore's verdicts stay as they are
+                    tiers = {}
                 values["attempt_id"] = new_attempts[job_id]
                 values["phase"] = None
             for attempt_id, tier, status in tier_updates.get(job_id, ()):
@@ -731,8 +791,11 @@ class RunFeed:
         self._count_states()
 
     def _reconcile(self, db: Reader) -> None:
-        """Catch job changes that came with no event: one narrow indexed scan, diffed here."""
+        """Catch job changes that came with no event: one narrow indexed scan, diffed here; and a
+        rescore that finished since (its scoring is then the one shown)."""
         self._last_reconcile = time.monotonic()
+        if self._choose_scoring(db):
+            self._rescored(db)
         changed = set()
         for row in db.conn.execute(
             "SELECT id, state, attempts, host, gpus, reason, started_at, finished_at FROM jobs WHERE run_id = ?",
@@ -845,8 +908,8 @@ class RunFeed:
             lines.append(f"(earlier lines omitted: showing the last {TRANSCRIPT_BACKFILL} events; the Raw log tab has all)")
         for attempt, rows in reversed(chunks):
             scope = _scope(attempt)
-            lines.append(f"══ attempt {attempt['number']}" + (f" · re-run of tier {scope}" if scope != "job" else "")
-                         + f" · {attempt['state']} ══")
+            what = {"job": "", "rescore": " · rescore"}.get(scope, f" · re-run of tier {scope}")
+            lines.append(f"══ attempt {attempt['number']}{what} · {attempt['state']} ══")
             for _, kind, text in reversed(rows):
                 if kind in TRANSCRIPT_KINDS:
                     lines.extend(format_event(kind, _loads(text)))
@@ -922,11 +985,15 @@ def job_detail(db_path: Path, job_id: int) -> dict[str, Any]:
         full = [attempt for attempt in attempts if _scope(attempt) == "job"]
         latest = full[-1] if full else (attempts[-1] if attempts else None)
         shown = [attempt for attempt in attempts if latest is not None and attempt["number"] >= latest["number"]]
+        scorings = reader.scorings(job[0]["run_id"]) if job else []
+        scoring = resolve_scoring(scorings, "latest") if scorings else None
+        where, params = scoring.where() if scoring is not None else ("1", ())
         results: dict[str, dict[str, Any]] = {}
         for row in reader.rows(
-            "SELECT * FROM tier_results WHERE job_id = ? ORDER BY id", (job_id,)
+            f"SELECT * FROM tier_results WHERE job_id = ? AND {where} ORDER BY id", (job_id, *params)
         ):
-            if latest is not None and latest["state"] == "running" and row["attempt_id"] != latest["id"]:
+            if (latest is not None and latest["state"] == "running" and row["attempt_id"] != latest["id"]
+                    and scoring is not None and scoring.original):
                 continue  # a running attempt shows its own results, not the previous attempt's
             row["evidence"] = _loads(row.pop("evidence_json"))
             results[row["tier"]] = row
@@ -960,7 +1027,8 @@ def job_detail(db_path: Path, job_id: int) -> dict[str, Any]:
                                   "nbytes": path.stat().st_size, "nlines": None, "attempt": None})
     return {"job": job[0] if job else None, "attempts": attempts, "attempt": latest, "results": results,
             "logs": logs + files, "phases": phases, "tiers": tuple(options.get("tiers", ALL_TIERS)),
-            "findings": findings}
+            "findings": findings,
+            "scoring": scoring_header(scoring, scorings) if scoring is not None else ""}
 
 
 def read_tail(path: str | Path, limit: int = 256 * 1024) -> tuple[list[str], int]:
@@ -1015,11 +1083,7 @@ def history(db_path: Path) -> list[dict[str, Any]]:
         for row in reader.rows("SELECT run_id, state, COUNT(*) AS n FROM jobs GROUP BY run_id, state"):
             counts.setdefault(row["run_id"], {})[row["state"]] = row["n"]
         tiers: dict[str, dict[str, dict[str, int]]] = {}
-        for row in reader.rows(
-            "SELECT t.run_id, t.tier, t.status, COUNT(*) AS n FROM tier_results t"
-            " JOIN (SELECT MAX(id) AS id FROM tier_results GROUP BY job_id, tier) m ON m.id = t.id"
-            " GROUP BY t.run_id, t.tier, t.status"
-        ):
+        for row in _latest_tier_counts(reader):
             tiers.setdefault(row["run_id"], {}).setdefault(row["tier"], {})[row["status"]] = row["n"]
         usage = {row["run_id"]: row for row in reader.rows(
             "SELECT run_id, SUM(input_tokens + cached_input_tokens + cache_write_tokens + output_tokens) AS tokens,"
@@ -1036,17 +1100,37 @@ def history(db_path: Path) -> list[dict[str, Any]]:
     return runs
 
 
+def _latest_tier_counts(reader: Reader) -> list[dict[str, Any]]:
+    """Per run, tier and status: how many jobs have that latest result in the run's latest scoring."""
+    if reader.version < SCORINGS_SCHEMA:
+        return reader.rows(
+            "SELECT t.run_id, t.tier, t.status, COUNT(*) AS n FROM tier_results t"
+            " JOIN (SELECT MAX(id) AS id FROM tier_results GROUP BY job_id, tier) m ON m.id = t.id"
+            " GROUP BY t.run_id, t.tier, t.status")
+    # Scoring 0 is the original (a NULL scoring_id); each run counts only its newest finished scoring.
+    latest = {row["run_id"]: row["number"] for row in reader.rows(
+        "SELECT run_id, MAX(number) AS number FROM scorings WHERE state = 'done' GROUP BY run_id")}
+    rows = reader.rows(
+        "SELECT t.run_id, COALESCE(s.number, 0) AS scoring, t.tier, t.status, COUNT(*) AS n FROM tier_results t"
+        " LEFT JOIN scorings s ON s.id = t.scoring_id"
+        " JOIN (SELECT MAX(t2.id) AS id FROM tier_results t2 LEFT JOIN scorings s2 ON s2.id = t2.scoring_id"
+        "       GROUP BY t2.job_id, t2.tier, COALESCE(s2.number, 0)) m ON m.id = t.id"
+        " GROUP BY t.run_id, scoring, t.tier, t.status")
+    return [row for row in rows if row["scoring"] == latest.get(row["run_id"], 0)]
+
+
 def compare(db_path: Path, run_ids: list[str]) -> dict[str, Any]:
-    """repo/agent × run: the latest status of each tier."""
+    """repo/agent × run: the latest status of each tier, each run in its latest scoring."""
     reader = Reader(db_path)
     try:
         cells: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
         for run_id in run_ids:
             for row in reader.rows("SELECT id, repo_id, agent FROM jobs WHERE run_id = ?", (run_id,)):
                 cells.setdefault((row["repo_id"], row["agent"]), {})[run_id] = {}
+            where, params = resolve_scoring(reader.scorings(run_id), "latest").where("t.scoring_id")
             for row in reader.rows(
                 "SELECT j.repo_id, j.agent, t.tier, t.status FROM jobs j JOIN tier_results t ON t.job_id = j.id"
-                " WHERE j.run_id = ? ORDER BY t.id", (run_id,)
+                f" WHERE j.run_id = ? AND {where} ORDER BY t.id", (run_id, *params)
             ):
                 cells[(row["repo_id"], row["agent"])][run_id][row["tier"]] = row["status"]
         runs = {run_id: reader.run(run_id) for run_id in run_ids}

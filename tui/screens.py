@@ -436,6 +436,8 @@ class OverviewScreen(DashScreen):
     def _pyramid(self) -> None:
         panel = self.query_one("#pyramid", Static)
         panel.update(pyramid_panel(self.feed.scores, max(20, panel.content_region.width or 60)))
+        if self.feed.scores is not None:  # which scoring, by which rules: a rescored run says so
+            panel.border_subtitle = self.feed.scores.header()
 
     def on_resize(self, event: Any) -> None:
         if self._ready:
@@ -906,6 +908,7 @@ class JobScreen(DashScreen):
             for column, value in cells.items():
                 table.update_cell(tier, column, value)
         self.statuses = statuses
+        table.border_subtitle = detail.get("scoring") or ""
         if self.selected_tier is None or (self.selected_tier not in scored and not detail.get("_moved")):
             first = next((index for index, tier in enumerate(ALL_TIERS) if tier in scored), 0)
             detail["_moved"] = True

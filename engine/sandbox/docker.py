@@ -242,7 +242,17 @@ class DockerSandbox:
             # in a worker thread: the client asks the daemon for its API version, and a remote
             # daemon's forwarded socket is served by this event loop
             self.client = await self._call(self.client_factory)
-            container = await self._call(self.client.containers.create, **self.create_kwargs())
+            try:
+                container = await self._call(self.client.containers.create, **self.create_kwargs())
+            except SandboxError as error:
+                import docker.errors
+
+                if self.checkpoint_as is None and isinstance(error.__cause__, docker.errors.ImageNotFound):
+                    # a reopened attempt whose checkpoint was removed: its post-agent state is gone
+                    raise SandboxError(
+                        f"the checkpoint image {self.image} is gone from this docker host (`resenv prune` removes "
+                        "it, and so does the run's end with docker.keep_checkpoints: false)") from error
+                raise
             self.container, self.container_id = container, container.id
             if self.job_id is not None:
                 DockerSandbox.registry[container.id] = self.job_id

@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import resource
+import sqlite3
 import subprocess
 import sys
 import time
@@ -327,3 +328,55 @@ def test_jobs_run_in_containers_on_an_ssh_host_through_the_forwarded_docker_sock
         assert dockerd.client().images.list(filters={"label": f"resenv.run={run_id}"}) == []
     finally:
         server.stop()
+
+
+def test_a_rescore_judges_each_checkpoint_in_a_fresh_container_and_names_a_pruned_one_as_gone(dockerd, tmp_path):
+    hosts = (f"  box: {{kind: local, gpus: 0, slots: 2, sandbox: docker, image: {TEST_IMAGE},"
+             f" docker: {{network: none, memlock: {MEMLOCK}}}}}\n")
+    bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}, "two": {"main.py": MAIN}})
+    env = dict(os.environ, RESENV_DB=str(tmp_path / "store.db"), RESENV_DATA_DIR=str(tmp_path / "data"),
+               DOCKER_HOST=dockerd.socket)
+    cli = [sys.executable, "-m", "resenv.engine.cli"]
+    done = subprocess.run([*cli, "run", str(bench), "--host", "box", "--display", "plain", "--tiers", "C1,C5"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    db = tmp_path / "store.db"
+    run_id = rows(db, "SELECT id FROM runs")[0]["id"]
+    client = dockerd.client()
+    assert len(client.images.list(filters={"label": f"resenv.run={run_id}"})) == 2, "checkpoints kept"
+    # What older rules said about one/a's CPU run: the rescore must judge its container again to differ.
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE tier_results SET status = 'fail', category = 'deps_missing' WHERE tier = 'C1'"
+                 " AND job_id = (SELECT id FROM jobs WHERE key = 'one/a')")
+    conn.commit()
+    conn.close()
+
+    rescored = subprocess.run([*cli, "rescore", run_id, "--json"], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=240)
+    assert rescored.returncode == 0, rescored.stdout + rescored.stderr
+    result = json.loads(rescored.stdout)
+    assert [(job["job"], job["outcome"]) for job in result["jobs"]] == [("one/a", "rescored"), ("two/a", "rescored")]
+    assert [(c["job"], c["tier"], c["old"]["status"], c["new"]["status"]) for c in result["changes"]] == [
+        ("one/a", "C1", "fail", "pass")]  # the venv exists only in the checkpoint image: it was judged there
+    attempts = rows(db, "SELECT host, state FROM attempts WHERE scope = 'rescore'")
+    assert attempts == [{"host": "box", "state": "done"}] * 2
+    assert client.containers.list(all=True, filters={"label": f"resenv.run={run_id}"}) == []
+    assert len(client.images.list(filters={"label": f"resenv.run={run_id}"})) == 2, "a rescore adds no checkpoint"
+
+    pruned = subprocess.run([*cli, "prune", run_id], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert pruned.returncode == 0, pruned.stdout + pruned.stderr
+    again = subprocess.run([*cli, "rescore", run_id, "--json"], env=env, cwd=tmp_path, capture_output=True,
+                           text=True, timeout=240)
+    assert again.returncode == 1, again.stdout + again.stderr  # it judged nothing
+    gone = json.loads(again.stdout)
+    assert gone["scoring"]["label"] == "rescore 2" and gone["scoring"]["state"] == "empty"
+    assert [(job["job"], job["outcome"]) for job in gone["jobs"]] == [("one/a", "not_rescored"), ("two/a", "not_rescored")]
+    assert all("checkpoint image resenv-ckpt:" in job["reason"] and "is gone" in job["reason"]
+               for job in gone["jobs"]), gone["jobs"]
+    assert gone["changes"] == []
+    def report(*scoring: str) -> dict:
+        return json.loads(subprocess.run([*cli, "report", run_id, "--format", "json", *scoring], env=env,
+                                         cwd=tmp_path, capture_output=True, text=True, timeout=60).stdout)
+
+    assert report()["scoring"]["label"] == "rescore 1"  # an empty scoring never becomes the latest
+    assert len(report("--scoring", "2")["scoring"]["not_rescored"]) == 2

@@ -14,6 +14,17 @@ def host(name: str, gpus: list[int], slots: int = 4) -> Host:
     return Host(name=name, kind="local", slots=slots, gpu_ids=list(gpus))
 
 
+def test_a_pinned_lease_goes_only_to_its_host_and_gets_at_most_the_gpus_it_has():
+    pair, single, cpu = host("pair", [0, 1]), host("single", [0]), host("cpu", [], slots=1)
+    pool = HostPool([pair, single, cpu])
+    on_single = pool.lease(2, on="single")  # where a kept state lives: never another host
+    assert on_single is not None and on_single.host is single and on_single.gpus == (0,)
+    assert pool.lease(1, on="single") is None  # its one GPU is taken: wait, even though `pair` is free
+    on_cpu = pool.lease(1, on="cpu")
+    assert on_cpu is not None and on_cpu.host is cpu and on_cpu.gpus == ()
+    assert pool.lease(0, on="cpu") is None  # its one slot is taken
+    assert pool.lease(0, on="gone") is None
+
 def test_two_gpu_job_waits_for_two_free_gpus_on_one_host_never_split():
     pair = host("pair", [0, 1])
     single = host("single", [0])
