@@ -46,7 +46,7 @@ def test_a_c5_retry_leases_the_gpus_of_the_job_it_audits():
     engine._launch = lambda job, factory, name: launched.append((job["id"], name))  # type: ignore[method-assign]
     leases: list[int] = []
     lease = engine.pool.lease
-    engine.pool.lease = lambda needed: leases.append(needed) or lease(needed)  # type: ignore[method-assign]
-    engine.tier_retries.append((1, "C5"))
+    engine.pool.lease = lambda needed, on=None: leases.append(needed) or lease(needed, on=on)  # type: ignore[method-assign]
+    engine.queue_tier_retry(1, "C5")
     engine._dispatch_tier_retries()
-    assert leases == [2] and launched == [(1, "tier-r/a-C5")]
+    assert leases == [2] and [job_id for job_id, _ in launched] == [1]
