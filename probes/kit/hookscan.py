@@ -102,38 +102,73 @@ def _customize_modules(directory):
     return found
 
 
+_ADDSITEDIR = re.compile(r"""^site\.addsitedir\((?:'([^'\\]*)'|"([^"\\]*)")\)$""")
+
+
+def _site_additions(line):
+    """The directories of ``import site; site.addsitedir('/a'); site.addsitedir('/b')``, or None when
+    the line does anything else. Such a line only makes more site directories (a venv that sees
+    another interpreter's packages): those are scanned like the others, their .pth files included."""
+    parts = [part.strip() for part in line.split(";")]
+    if parts[0] != "import site":
+        return None
+    found = []
+    for part in parts[1:]:
+        if not part:
+            continue
+        match = _ADDSITEDIR.match(part)
+        if match is None:
+            return None
+        found.append(match.group(1) if match.group(1) is not None else match.group(2))
+    return found
+
+
 def _pth_hooks(path):
-    """Executable lines of one .pth file that no packaging tool writes, and directories it adds."""
-    hooks, added = [], []
+    """Executable lines of one .pth file that no packaging tool writes, the directories it puts on
+    the path, and the site directories it adds (whose own .pth files run too)."""
+    hooks, added, sites = [], [], []
     try:
         with open(path, "rb") as handle:
             text = handle.read(MAX_PTH_BYTES).decode("utf-8", "replace")
     except OSError:
-        return hooks, added
+        return hooks, added, sites
     for line in text.splitlines():
         if line.startswith(("import ", "import\t")):
-            if not any(pattern.match(line) for pattern in BENIGN):
+            more_sites = _site_additions(line)
+            if more_sites is not None:
+                sites += more_sites
+            elif not any(pattern.match(line) for pattern in BENIGN):
                 hooks.append({"path": path, "kind": "pth", "line": line[:300], "ctime": _changed_at(path)})
         elif line.strip() and not line.startswith("#"):
             added.append(os.path.join(os.path.dirname(path), line.strip()))
-    return hooks, added
+    return hooks, added, sites
 
 
 def scan(python, home):
     dirs = site_dirs(python, home)
     hooks = []
     extra_dirs = []
-    for directory in dirs:
+    pending = list(dirs)
+    scanned = []
+    while pending:
+        directory = pending.pop(0)
+        if directory in scanned:
+            continue
+        scanned.append(directory)
         hooks += _customize_modules(directory)
         for pth in sorted(glob.glob(os.path.join(directory, "*.pth"))):
-            found, added = _pth_hooks(pth)
+            found, added, sites = _pth_hooks(pth)
             hooks += found
             extra_dirs += added
+            for site in sites:
+                real = os.path.realpath(site)
+                if os.path.isdir(real) and not real.startswith(SYSTEM_DIRS):
+                    pending.append(real)
     for directory in extra_dirs:
         real = os.path.realpath(directory)
-        if real not in dirs and not real.startswith(SYSTEM_DIRS):
+        if real not in scanned and not real.startswith(SYSTEM_DIRS):
             hooks += _customize_modules(real)
-    return {"hooks": hooks, "scanned": dirs}
+    return {"hooks": hooks, "scanned": scanned}
 
 
 def main():

@@ -150,3 +150,17 @@ def test_only_a_python_that_echoes_the_nonce_is_trusted():
     assert "did not answer" in interpreter_problem(None, nonce="n1", magic=b"\x7fELF")
     assert "version" in interpreter_problem(answer | {"version": 42}, nonce="n1", magic=b"\x7fELF")
     assert "prefix" in interpreter_problem(answer | {"prefix": ["/"]}, nonce="n1", magic=b"\x7fELF")
+
+
+def test_a_venv_that_adds_another_site_dir_is_no_hook_but_that_dirs_hooks_are_found(tmp_path):
+    """`import site; site.addsitedir(...)` (how the offline baseline reuses the base packages) only adds
+    site directories; their own .pth files run too, so they are scanned like the venv's."""
+    site = make_venv(tmp_path / "env")
+    other = tmp_path / "other-site"
+    other.mkdir()
+    (other / "zz_exit.pth").write_text("import atexit, os; atexit.register(lambda: os._exit(0))\n")
+    (site / "_base_site.pth").write_text(f"import site; site.addsitedir({str(other)!r})\n")
+    scan = hookscan.scan(str(tmp_path / "env" / "bin" / "python"), "")
+    mine = [Path(h["path"]).name for h in scan["hooks"] if h["path"].startswith(str(tmp_path))]
+    assert mine == ["zz_exit.pth"]
+    assert str(other) in scan["scanned"]
