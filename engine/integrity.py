@@ -28,6 +28,7 @@ PROBE_DIR = ".resenv-probes"
 QUARANTINE_DIR = ".resenv-quarantine"
 EPOCH_FILE = "checkout-epoch"
 HOST_PATH = "/usr/local/bin:/usr/bin:/bin"
+"""PATH for the host's own tools, without the agent's bin directory in front."""
 SCAN_BYTES = 8 * 2**20
 DIFF_FILES = 50
 DIFF_SOURCE_BYTES = 2**20

@@ -34,8 +34,8 @@ from ..probes.mirror import Mirror, build_mirror, failed_mirror
 from ..probes.report import ReportLoad, load_report
 from .assets import AssetCache, missing_indexes, presence_script  # issue 9
 from .gpuinfo import DriverInfo, cuda_supported
-from .integrity import secure
 from .gpuwatch import GpuUse, watch_for
+from .integrity import HOST_PATH, secure
 from .sandbox.base import ExecResult, SandboxError, is_remote
 
 if TYPE_CHECKING:
@@ -220,10 +220,11 @@ class TierRunner:
         pristine = self.attempt.pristine
         assert pristine is not None
         commands = [spec.command for spec in self.repo.tiers().values() if not isinstance(spec, str)]
+        census, _ = await asyncio.to_thread(self._framework_census)
         return await secure(
             self.attempt, pristine=pristine, manifest=await self.attempt.ctx.pristines.manifest(pristine),
-            census=await asyncio.to_thread(lambda: self.census), compiled=self._compiled_modules, import_dirs=import_dirs(commands), python=python,
-            timeout=self.bench.defaults.tier_timeouts.C2)
+            census=census or Census(), compiled=self._compiled_modules, import_dirs=import_dirs(commands),
+            python=python, timeout=self.bench.defaults.tier_timeouts.C2)
 
     async def _interpreter_magic(self, python: str) -> bytes | None:
         """The first bytes of the file the reported interpreter resolves to (None: unreadable)."""
@@ -235,8 +236,7 @@ class TierRunner:
                 return None
         result = await self.attempt.run_command(
             "probes", ["sh", "-c", 'head -c 4 "$(readlink -f "$1")" | od -An -tx1', "sh", python],
-            env={"PATH": "/usr/local/bin:/usr/bin:/bin"}, timeout=self.bench.defaults.tier_timeouts.C2,
-            log_name="probe-magic")
+            env={"PATH": HOST_PATH}, timeout=self.bench.defaults.tier_timeouts.C2, log_name="probe-magic")
         try:
             return bytes.fromhex(tail_text(result.stdout_path, limit=64).replace(" ", "").strip()) if result.ok else None
         except ValueError:

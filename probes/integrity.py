@@ -100,7 +100,8 @@ def _split(command: str) -> list[str]:
 
 
 def module_name(path: str) -> str:
-    """The top-level module an entry would be imported as: ``pkg``, ``mod.py``, ``mod.cpython-311-x86_64-linux-gnu.so``."""
+    """The top-level module an entry would be imported as: ``pkg``, ``mod.py``,
+    ``mod.cpython-311-x86_64-linux-gnu.so``."""
     return PurePosixPath(path).name.split(".", 1)[0]
 
 
