@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..probes.census import Census
-from ..probes.integrity import Finding, Integrity, judge_hooks, judge_tree, unified_diff
+from ..probes.integrity import Finding, Integrity, bytecode_paths, judge_hooks, judge_tree, unified_diff
 from ..probes.kit import hookscan, script_source, treescan
 from .checkout import CheckoutError, Manifest, Pristine, blob_bytes
 from .sandbox.base import SandboxError, is_remote
@@ -116,9 +116,10 @@ async def secure(attempt: JobAttempt, *, pristine: Pristine, manifest: Manifest,
     scan = await scan_tree(attempt, manifest, import_dirs, timeout)
     findings = judge_tree(scan, census, compiled)
     findings = await _with_diffs(attempt, pristine, manifest, findings)
-    if findings:
+    caches = bytecode_paths(scan)
+    if findings or caches:
         try:
-            await _apply(attempt, pristine, manifest, findings, timeout)
+            await _apply(attempt, pristine, manifest, findings, caches, timeout)
         except (SandboxError, ScanError) as error:
             # The agent left a tree that cannot be put back: its doing, so its tiers fail, never infra.
             findings.append(Finding("unrestorable", ".", "tier_failed", {"error": str(error)[:500]}))
@@ -126,7 +127,7 @@ async def secure(attempt: JobAttempt, *, pristine: Pristine, manifest: Manifest,
         owned = [str(attempt.paths.workdir), str(getattr(attempt.sandbox, "home", "") or attempt.paths.workdir)]
         findings += judge_hooks(await scan_hooks(attempt, python, timeout), since=checkout_epoch(attempt), owned=owned)
     integrity = Integrity(findings)
-    _record(attempt, integrity)
+    _record(attempt, integrity, caches=len(caches))
     return integrity
 
 
@@ -170,10 +171,11 @@ done
 
 
 async def _apply(attempt: JobAttempt, pristine: Pristine, manifest: Manifest, findings: list[Finding],
-                 timeout: float) -> None:
-    """Remove every changed tracked entry and write the pinned one back; move shadows aside."""
+                 caches: list[str], timeout: float) -> None:
+    """Remove every changed tracked entry and write the pinned one back; move shadows and bytecode
+    caches aside."""
     restore = sorted({f.path for f in findings if f.action == "restored"})
-    quarantine = sorted({f.path for f in findings if f.action == "quarantined"})
+    quarantine = sorted({f.path for f in findings if f.action == "quarantined"} | set(caches))
     script = _APPLY_SCRIPT.replace("QUARANTINE", QUARANTINE_DIR)
     result = await attempt.run_command(
         "probes", ["sh", "-c", script, "sh", str(attempt.paths.workdir), *restore, "--quarantine", *quarantine],
@@ -205,7 +207,7 @@ def _q(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def _record(attempt: JobAttempt, integrity: Integrity) -> None:
+def _record(attempt: JobAttempt, integrity: Integrity, *, caches: int) -> None:
     now = time.time()
     for finding in integrity.findings:
         attempt.ctx.writer.execute(
@@ -214,5 +216,5 @@ def _record(attempt: JobAttempt, integrity: Integrity) -> None:
             (attempt.ctx.run_id, attempt.job["id"], attempt.attempt_id, finding.kind, finding.path,
              finding.action, json.dumps(finding.detail, default=str), now))
     attempt.sink.emit("integrity", {
-        "summary": integrity.summary(),
+        "summary": integrity.summary(), "bytecode_caches_moved": caches,
         "findings": [{"kind": f.kind, "path": f.path, "action": f.action} for f in integrity.findings[:50]]})

@@ -691,10 +691,12 @@ class Runnable(SpecModel):
     env: Env = Field(default_factory=dict)
 
     def argv(self, values: Mapping[str, str]) -> list[str]:
-        """The argv to execute: a list renders item by item, a string via sh -c (quoted)."""
+        """The argv to execute: a list renders item by item, a string via /bin/sh -c (quoted). The shell
+        is named by its path: probes put the agent's bin dir first on PATH, and an `sh` there is the
+        agent's, not the judge's."""
         if isinstance(self.command, str):
             quoted = {key: shlex.quote(str(value)) for key, value in values.items()}
-            return ["sh", "-c", render(self.command, quoted)]
+            return ["/bin/sh", "-c", render(self.command, quoted)]
         return [render(arg, values) for arg in self.command]
 
     def render_env(self, values: Mapping[str, str]) -> dict[str, str]:

@@ -209,8 +209,9 @@ class TierRunner:
             self.state.python_executable = target.exists() and os.access(target, os.X_OK)
         nonce = secrets.token_hex(16)
         self.state.interpreter = await self._probe_json("interpreter", "interpreter.py", gpus="", args=[nonce])
+        magic, resolved = await self._interpreter_file(python)
         self.state.interpreter_problem = interpreter_problem(
-            self.state.interpreter, nonce=nonce, magic=await self._interpreter_magic(python))
+            self.state.interpreter, nonce=nonce, magic=magic, resolved=resolved)
         if any(tier in self.selected for tier in ("C2", "C5")):
             visible = ",".join(str(gpu) for gpu in self.attempt.lease.gpus)
             self.state.frameworks = await self._probe_json("frameworks", "frameworks.py", gpus=visible)
@@ -223,24 +224,31 @@ class TierRunner:
         census, _ = await asyncio.to_thread(self._framework_census)
         return await secure(
             self.attempt, pristine=pristine, manifest=await self.attempt.ctx.pristines.manifest(pristine),
-            census=census or Census(), compiled=self._compiled_modules, import_dirs=import_dirs(commands),
+            census=census or Census(), compiled=self._compiled_modules,
+            import_dirs=import_dirs(commands, census.files if census else ()),
             python=python, timeout=self.bench.defaults.tier_timeouts.C2)
 
-    async def _interpreter_magic(self, python: str) -> bytes | None:
-        """The first bytes of the file the reported interpreter resolves to (None: unreadable)."""
+    async def _interpreter_file(self, python: str) -> tuple[bytes | None, str | None]:
+        """The first bytes of the file the reported interpreter resolves to, and that file's path
+        (None: unreadable)."""
         if not is_remote(self.attempt.sandbox):
+            resolved = os.path.realpath(python)
             try:
-                with open(os.path.realpath(python), "rb") as handle:
-                    return handle.read(4)
+                with open(resolved, "rb") as handle:
+                    return handle.read(4), resolved
             except OSError:
-                return None
+                return None, resolved
         result = await self.attempt.run_command(
-            "probes", ["sh", "-c", 'head -c 4 "$(readlink -f "$1")" | od -An -tx1', "sh", python],
+            "probes", ["/bin/sh", "-c", 'r=$(readlink -f "$1") && echo "$r" && head -c 4 "$r" | od -An -tx1',
+                       "sh", python],
             env={"PATH": HOST_PATH}, timeout=self.bench.defaults.tier_timeouts.C2, log_name="probe-magic")
+        lines = tail_text(result.stdout_path, limit=8192).splitlines() if result.ok else []
+        if not lines:
+            return None, None
         try:
-            return bytes.fromhex(tail_text(result.stdout_path, limit=64).replace(" ", "").strip()) if result.ok else None
+            return bytes.fromhex("".join(lines[1:]).replace(" ", "").strip()), lines[0].strip()
         except ValueError:
-            return None
+            return None, lines[0].strip()
 
     async def _probe_json(self, name: str, script: str, *, gpus: str, args: list[str] | None = None) -> dict[str, Any] | None:
         assert self.state.python is not None
@@ -468,7 +476,7 @@ class TierRunner:
                         await put_abs(tree)
         script = presence_script(cache, assets, place_into=self.attempt.paths.repo)
         result = await self.attempt.run_command(
-            "probes", ["sh", "-c", script], env=self._env(""), timeout=self.bench.defaults.tier_timeouts.C2,
+            "probes", ["/bin/sh", "-c", script], env=self._env(""), timeout=self.bench.defaults.tier_timeouts.C2,
             log_name="assets")
         if not result.ok:
             raise OSError(f"placing assets into the checkout failed (exit {result.returncode}): "

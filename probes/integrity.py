@@ -7,10 +7,12 @@ tiers without building anything, so the judge undoes or refuses each before any 
   every tracked path whose content, type or mode differs from the pinned commit is *restored* to the
   pinned version. Build outputs are untracked, so they stay.
 * **a file shadowing an import** (a stub ``missing_pkg.py`` or ``missing_pkg/`` dropped beside the
-  entrypoint): an untracked entry in a directory the entrypoints import from (the repo root, each
-  entry script's directory) whose module name is one the census counts is *quarantined*: moved out of
+  entrypoint): an untracked entry in a directory an import can be resolved from (see
+  :func:`import_dirs`) whose module name is one the census counts is *quarantined*: moved out of
   the checkout into the attempt's quarantine folder, so no probe can import it. A compiled module the
-  repo declares (an in-place ``build_ext`` output) is a build output, not a shadow.
+  repo declares (an in-place ``build_ext`` output) is a build output, not a shadow. Bytecode caches
+  (``__pycache__``, stray ``.pyc`` files) are quarantined too: an unchecked-hash ``.pyc`` is loaded
+  whatever the restored source says.
 * **an interpreter start-up hook** (a ``.pth`` import line or a ``sitecustomize`` written by the agent,
   which can turn a traceback into exit status 0 or fake a GPU): it lives in the environment, which the
   probes never change, so every tier that runs the interpreter (C0-C4) *fails* as ``tampered``.
@@ -79,16 +81,26 @@ class Integrity:
         return ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
 
 
-def import_dirs(commands: Iterable[str | list[str]]) -> list[str]:
-    """Directories of the checkout that Python imports from when the entrypoints run: the root (the
-    working directory, ``python -m``) and the directory of every repo-relative ``.py`` script named."""
-    dirs = {""}
+PYRIGHT_ROOTS = ("src", "typings")
+"""Folders C0's pyright resolves imports from whenever they exist (its extra path and stub path)."""
+
+
+def import_dirs(commands: Iterable[str | list[str]], source_files: Iterable[str] = ()) -> list[str]:
+    """Directories of the checkout that an import can be resolved from: the root (the working
+    directory, ``python -m``), the folder of every repo-relative ``.py`` script an entrypoint names,
+    every folder holding a tracked ``.py`` file and each folder above it (code that puts its own
+    folders on ``sys.path``, and pyright, which also looks beside the importing file and above it),
+    and pyright's ``src`` and ``typings``."""
+    dirs = {"", *PYRIGHT_ROOTS}
     for command in commands:
         words = command if isinstance(command, list) else _split(command)
         for word in words:
             if word.endswith(".py") and not word.startswith(("/", "{", "-")) and ".." not in word:
                 parent = str(PurePosixPath(word).parent)
                 dirs.add("" if parent == "." else parent)
+    for path in source_files:
+        for parent in PurePosixPath(path).parents:
+            dirs.add("" if str(parent) == "." else str(parent))
     return sorted(dirs)
 
 
@@ -127,6 +139,12 @@ def judge_tree(scan: Mapping[str, Any], census: Census, compiled_modules: Iterab
             findings.append(Finding("shadow", str(entry["path"]), "quarantined", {
                 "module": name, "entry": entry.get("kind"), "census_kind": census.kind_of(name)}))
     return findings
+
+
+def bytecode_paths(scan: Mapping[str, Any]) -> list[str]:
+    """Bytecode caches to move out before the probes: housekeeping, not a finding (running the repo's
+    code leaves them in every honest checkout), but a planted one would replace a restored source."""
+    return [str(entry["path"]) for entry in scan.get("bytecode", []) if isinstance(entry, Mapping)]
 
 
 def judge_hooks(scan: Mapping[str, Any], *, since: float | None, owned: Iterable[str] = ()) -> list[Finding]:

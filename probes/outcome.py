@@ -21,13 +21,16 @@ _IGNORED = "Exception ignored"
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(: .*)?$")
 
 
-def interpreter_problem(answer: Mapping[str, Any] | None, *, nonce: str, magic: bytes | None) -> str | None:
+def interpreter_problem(answer: Mapping[str, Any] | None, *, nonce: str, magic: bytes | None,
+                        resolved: str | None = None) -> str | None:
     """Why the reported interpreter is not a Python we can trust, or None when it is.
 
     ``answer`` is the interpreter probe's parsed last line, ``nonce`` the token the engine handed it
     (a program that is not Python cannot echo it back), ``magic`` the first bytes of the file the
     reported path resolves to (a wrapper script could run a real Python and then override its exit
-    status; None when it could not be read)."""
+    status; None when it could not be read), ``resolved`` the file the reported path resolves to: the
+    process that answered must be that very program (``/proc/self/exe``), or a wrapper ran a Python
+    in its place."""
     if magic is not None and magic[:4] != ELF_MAGIC:
         shown = "a script" if magic.startswith(b"#!") else "not an executable binary"
         return f"the reported interpreter is {shown}, not a Python interpreter binary"
@@ -42,6 +45,9 @@ def interpreter_problem(answer: Mapping[str, Any] | None, *, nonce: str, magic: 
         return "the reported interpreter gave no installation prefix"
     if not isinstance(answer.get("executable"), str):
         return "the reported interpreter gave no executable path"
+    exe = answer.get("exe")
+    if resolved and isinstance(exe, str) and exe != resolved:
+        return f"the reported interpreter ({resolved}) did not answer itself: {exe} did (a wrapper)"
     return None
 
 

@@ -31,7 +31,9 @@ small smoke test). GPUs visible to you: "{gpus}" ({ngpus} in total; empty means 
 
 RULES
 - Do not modify, delete or rename files that are tracked by git in {repo}. Add files outside the
-  repository (in {workdir}) if you need helpers. Build artifacts the install itself creates are fine.
+  repository (in {workdir}) if you need helpers, and clone dependencies there too. Build artifacts
+  the install itself creates are fine. Before judging, tracked files are restored and modules added
+  inside the repository under the name of an import are moved out.
 - Nobody will answer questions: work on your own, non-interactively, until you are done.
 - Report only what you verified yourself by running a command in the environment you built. If you
   did not check something, or you are not sure, write null for it. A wrong claim counts against you;

@@ -12,7 +12,8 @@ the checkout is on its own machine. Standard library only.
 
 Usage: python3 -I -B treescan.py REPO_DIR MANIFEST_JSON
 MANIFEST_JSON: {"files": [[mode, blob_sha1, path], ...], "import_dirs": ["", "scripts", ...]}
-Prints one JSON object (its last line): {"changed": [...], "untracked": [...], "now": <the host's clock>}.
+Prints one JSON object (its last line): {"changed": [...], "untracked": [...], "bytecode": [...],
+"now": <the host's clock>}.
 """
 import hashlib
 import json
@@ -124,11 +125,7 @@ def _holds_python(path):
 
 def untracked(root, files, import_dirs):
     """Entries in the import directories that the pinned commit does not have, with their kind."""
-    tracked = set()
-    for _, _, rel in files:
-        parts = rel.split("/")
-        for end in range(1, len(parts) + 1):
-            tracked.add("/".join(parts[:end]))
+    tracked = _tracked_paths(files)
     found = []
     for directory in sorted(set(import_dirs)):
         base = os.path.join(root, directory) if directory else root
@@ -154,9 +151,56 @@ def untracked(root, files, import_dirs):
     return found
 
 
+ENV_MARKERS = ("pyvenv.cfg", "conda-meta")
+SKIP_WALK = (".git", "node_modules")
+
+
+def bytecode(root, tracked):
+    """Untracked bytecode anywhere in the checkout (``__pycache__`` folders, stray ``.pyc`` files):
+    an unchecked-hash ``.pyc`` is imported whatever its source says. Environments inside the checkout
+    (a folder with ``pyvenv.cfg`` or ``conda-meta``) are the agent's env, not the repo: left alone."""
+    found = []
+    for directory, dirs, files in os.walk(root):
+        rel_dir = os.path.relpath(directory, root)
+        rel_dir = "" if rel_dir == "." else rel_dir.replace(os.sep, "/")
+        if any(marker in dirs or marker in files for marker in ENV_MARKERS):
+            dirs[:] = []
+            continue
+        keep = []
+        for name in dirs:
+            rel = rel_dir + "/" + name if rel_dir else name
+            if name in SKIP_WALK:
+                continue
+            if name == "__pycache__" and rel not in tracked:
+                found.append({"path": rel, "kind": "bytecode"})
+                continue
+            keep.append(name)
+        dirs[:] = keep
+        for name in files:
+            rel = rel_dir + "/" + name if rel_dir else name
+            if name.endswith(".pyc") and rel not in tracked:
+                found.append({"path": rel, "kind": "bytecode"})
+        if len(found) >= MAX_UNTRACKED:
+            break
+    return found
+
+
+def _tracked_paths(files):
+    tracked = set()
+    for _, _, rel in files:
+        parts = rel.split("/")
+        for end in range(1, len(parts) + 1):
+            tracked.add("/".join(parts[:end]))
+    return tracked
+
+
 def scan(root, manifest):
     files = [tuple(item) for item in manifest.get("files", [])]
-    return {"changed": compare(root, files), "untracked": untracked(root, files, manifest.get("import_dirs", [""])),
+    changed = compare(root, files)
+    if changed[:1] == [{"path": ".", "change": "replaced", "now": "not a directory"}]:
+        return {"changed": changed, "untracked": [], "bytecode": [], "now": time.time()}
+    return {"changed": changed, "untracked": untracked(root, files, manifest.get("import_dirs", [""])),
+            "bytecode": bytecode(root, _tracked_paths(files)) if manifest.get("bytecode", True) else [],
             "now": time.time()}
 
 

@@ -3,6 +3,8 @@ an entrypoint's outcome really was."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import subprocess
 import sys
@@ -77,7 +79,7 @@ def test_shadows_in_import_dirs_are_quarantined_but_declared_build_outputs_stay(
     (root / "notes.txt").write_text("")                           # not importable: ignored
     (root / "deps" / "yaml").mkdir(parents=True)                  # not an import dir: a cloned dependency
     dirs = import_dirs(["{python} main.py", "{python} tools/run.py --fast"])
-    assert dirs == ["", "tools"]
+    assert dirs == ["", "src", "tools", "typings"]
     scan = treescan.scan(str(root), {"files": files, "import_dirs": dirs})
     census = import_census({name: content.encode() for name, content in repo_files.items()})
     findings = judge_tree(scan, census, compiled_modules=["fastext"])
@@ -101,6 +103,14 @@ def test_hooks_the_agent_planted_in_its_venv_are_found_packaging_boilerplate_is_
     site = make_venv(tmp_path / "env")
     (site / "__editable__.mypkg-0.1.pth").write_text(
         "import __editable___mypkg_0_1_finder; __editable___mypkg_0_1_finder.install('/x/mypkg')\n")
+    finder = b"def install(path):\n    pass\n"  # as the install wrote it, and its RECORD says
+    (site / "__editable___mypkg_0_1_finder.py").write_bytes(finder)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(finder).digest()).rstrip(b"=").decode()
+    (site / "mypkg-0.1.dist-info").mkdir()
+    (site / "mypkg-0.1.dist-info" / "RECORD").write_text(f"__editable___mypkg_0_1_finder.py,sha256={digest},31\n")
+    (site / "__editable__.other-0.1.pth").write_text(  # a finder no install recorded: the agent's
+        "import __editable___other_0_1_finder; __editable___other_0_1_finder.install('/x')\n")
+    (site / "__editable___other_0_1_finder.py").write_text("import os; os._exit(0)\n")
     (site / "distutils-precedence.pth").write_text(
         "import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'; "
         "enabled and __import__('_distutils_hack').add_shim(); \n")
@@ -109,7 +119,8 @@ def test_hooks_the_agent_planted_in_its_venv_are_found_packaging_boilerplate_is_
     scan = hookscan.scan(str(tmp_path / "env" / "bin" / "python"), str(tmp_path / "home"))
     found = {(Path(h["path"]).name, h["kind"]) for h in scan["hooks"]}
     assert ("zz_exit.pth", "pth") in found and ("sitecustomize.py", "sitecustomize") in found
-    assert not any(name.startswith(("__editable__", "distutils")) for name, _ in found)
+    assert ("__editable__.other-0.1.pth", "pth") in found
+    assert not any(name.startswith(("__editable__.mypkg", "distutils")) for name, _ in found)
     owned = judge_hooks(scan, since=None, owned=[str(tmp_path)])
     assert {Path(f.path).name for f in owned} >= {"zz_exit.pth", "sitecustomize.py"}
 
@@ -164,3 +175,10 @@ def test_a_venv_that_adds_another_site_dir_is_no_hook_but_that_dirs_hooks_are_fo
     mine = [Path(h["path"]).name for h in scan["hooks"] if h["path"].startswith(str(tmp_path))]
     assert mine == ["zz_exit.pth"]
     assert str(other) in scan["scanned"]
+
+
+def test_a_wrapper_that_runs_a_real_python_is_not_the_interpreter_it_claims():
+    answer = {"nonce": "n1", "version": "3.11.7", "prefix": "/env", "executable": "/env/bin/python", "_exit": 0,
+              "exe": "/usr/bin/python3.11"}
+    assert interpreter_problem(answer, nonce="n1", magic=b"\x7fELF", resolved="/usr/bin/python3.11") is None
+    assert "wrapper" in interpreter_problem(answer, nonce="n1", magic=b"\x7fELF", resolved="/work/python")

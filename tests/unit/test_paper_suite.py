@@ -94,6 +94,6 @@ def test_the_check_output_is_current(paper):
         for tier, target in repo.tiers().items():
             if isinstance(target, Entrypoint):
                 argv = target.argv(values)
-                shown = argv[2] if argv[:2] == ["sh", "-c"] else " ".join(argv)
+                shown = argv[2] if argv[:2] == ["/bin/sh", "-c"] else " ".join(argv)
                 assert f"\n  {tier}: {shown}\n" in output, (repo.id, tier)
     assert "\nmissing references: 0\n" in output

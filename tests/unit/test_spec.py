@@ -381,7 +381,7 @@ def test_escaped_braces_are_fine(tmp_path: Path) -> None:
     text = edit('"{python} main.py"', "\"awk '{{print $1}}' {repo}/x\"")
     bench = load_benchmark(write(tmp_path, text))
     entry = bench.suite("s").repo("r1").entrypoints.cpu
-    assert entry.argv({"repo": "/r"}) == ["sh", "-c", "awk '{print $1}' /r/x"]
+    assert entry.argv({"repo": "/r"}) == ["/bin/sh", "-c", "awk '{print $1}' /r/x"]
 
 
 def test_defaults_must_name_defined_things(tmp_path: Path) -> None:
@@ -460,7 +460,7 @@ def test_render_and_argv() -> None:
         render("{repo}/x", {"python": "/p"})
     shell = CpuEntrypoint(command="{python} main.py --data {repo}/d", env={"X": "{gpus}"})
     values = {"python": "/my env/python", "repo": "/r", "gpus": ""}
-    assert shell.argv(values) == ["sh", "-c", "'/my env/python' main.py --data /r/d"]
+    assert shell.argv(values) == ["/bin/sh", "-c", "'/my env/python' main.py --data /r/d"]
     assert shell.render_env(values) == {"X": ""}
     argv = CpuEntrypoint(command=["{python}", "main.py"])
     assert argv.argv(values) == ["/my env/python", "main.py"]

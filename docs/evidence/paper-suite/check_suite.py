@@ -184,7 +184,7 @@ def render_for_check(entrypoint: Entrypoint) -> str:
     values = {name: f"/resenv/{name}" for name in TEMPLATE_FIELDS} | {"python": "PYTHON", "ngpus": "2",
                                                                       "gpus": "0,1"}
     argv = entrypoint.argv(values)
-    return argv[2] if argv[:2] == ["sh", "-c"] else shlex.join(argv)
+    return argv[2] if argv[:2] in (["sh", "-c"], ["/bin/sh", "-c"]) else shlex.join(argv)
 
 
 def segments(command: str) -> list[list[str]]:
