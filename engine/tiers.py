@@ -221,10 +221,12 @@ class TierRunner:
         pristine = self.attempt.pristine
         assert pristine is not None
         commands = [spec.command for spec in self.repo.tiers().values() if not isinstance(spec, str)]
+        # both read the pinned commit with git: off the event loop
         census, _ = await asyncio.to_thread(self._framework_census)
+        compiled = await asyncio.to_thread(lambda: self._compiled_modules)
         return await secure(
             self.attempt, pristine=pristine, manifest=await self.attempt.ctx.pristines.manifest(pristine),
-            census=census or Census(), compiled=self._compiled_modules,
+            census=census or Census(), compiled=compiled,
             import_dirs=import_dirs(commands, census.files if census else ()),
             python=python, timeout=self.bench.defaults.tier_timeouts.C2)
 
