@@ -212,7 +212,8 @@ class TierRunner:
         magic, resolved = await self._interpreter_file(python)
         self.state.interpreter_problem = interpreter_problem(
             self.state.interpreter, nonce=nonce, magic=magic, resolved=resolved)
-        if any(tier in self.selected for tier in ("C2", "C5")):
+        # What a program that is not a real Python prints is no observation of any framework.
+        if self.state.interpreter_problem is None and any(tier in self.selected for tier in ("C2", "C5")):
             visible = ",".join(str(gpu) for gpu in self.attempt.lease.gpus)
             self.state.frameworks = await self._probe_json("frameworks", "frameworks.py", gpus=visible)
 
