@@ -1004,8 +1004,11 @@ def job_detail(db_path: Path, job_id: int) -> dict[str, Any]:
                 row["attempt"] = attempt["number"]
                 logs.append(row)
         try:
-            findings = reader.rows("SELECT kind, path, action, detail_json FROM findings WHERE attempt_id = ?"
-                                   " ORDER BY id", (latest["id"],)) if latest else []
+            # the kept state's findings: from its job attempt and every re-run or rescore on it since
+            findings = reader.rows(
+                "SELECT f.kind, f.path, f.action, f.detail_json FROM findings f JOIN attempts a ON a.id = f.attempt_id"
+                " WHERE f.job_id = ? AND a.number >= ? GROUP BY f.kind, f.path ORDER BY MIN(f.id)",
+                (job_id, latest["number"])) if latest else []
         except sqlite3.OperationalError:  # a store from before integrity findings, opened read-only
             findings = []
         for row in findings:
