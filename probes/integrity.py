@@ -111,16 +111,27 @@ def _split(command: str) -> list[str]:
         return command.split()
 
 
-def module_name(path: str) -> str:
-    """The top-level module an entry would be imported as: ``pkg``, ``mod.py``,
+IMPORTABLE_FILES = (".py", ".pyc", *COMPILED_SUFFIXES)
+
+
+def module_name(path: str, kind: str | None = None) -> str | None:
+    """The top-level module an entry would be imported as, or None when Python cannot import it: a
+    folder ``pkg`` (not ``pkg.egg-info``: a dot is no part of a module name), ``mod.py``, ``mod.pyc``,
     ``mod.cpython-311-x86_64-linux-gnu.so``."""
-    return PurePosixPath(path).name.split(".", 1)[0]
+    name = PurePosixPath(path).name
+    if kind == "module":
+        if not name.endswith(IMPORTABLE_FILES):
+            return None
+        stem = name.split(".", 1)[0]
+    else:
+        stem = name
+    return stem if stem.isidentifier() else None
 
 
 def _is_build_output(entry: Mapping[str, Any], compiled: set[str]) -> bool:
     """A compiled module the repo declares, built in place: the build's own output, not a shadow."""
     name = PurePosixPath(str(entry["path"])).name
-    return entry.get("kind") == "module" and name.endswith(COMPILED_SUFFIXES) and module_name(name) in compiled
+    return entry.get("kind") == "module" and name.endswith(COMPILED_SUFFIXES) and module_name(name, "module") in compiled
 
 
 def judge_tree(scan: Mapping[str, Any], census: Census, compiled_modules: Iterable[str] = ()) -> list[Finding]:
@@ -134,8 +145,8 @@ def judge_tree(scan: Mapping[str, Any], census: Census, compiled_modules: Iterab
         detail = {key: value for key, value in change.items() if key not in ("path",)}
         findings.append(Finding(kind, str(change["path"]), "restored", detail))
     for entry in scan.get("untracked", []):
-        name = module_name(str(entry["path"]))
-        if name in imported and not _is_build_output(entry, compiled):
+        name = module_name(str(entry["path"]), entry.get("kind"))
+        if name is not None and name in imported and not _is_build_output(entry, compiled):
             findings.append(Finding("shadow", str(entry["path"]), "quarantined", {
                 "module": name, "entry": entry.get("kind"), "census_kind": census.kind_of(name)}))
     return findings

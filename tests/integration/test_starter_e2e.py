@@ -63,6 +63,9 @@ def test_starter_suite_pyramid_matches_the_documented_one(tmp_path, cli_env):
         assert report["baseline"]["final"] and report["baseline"]["failures"] == [], (job["repo_id"], report)
         assert report["ddp_expected_ok"] is None
     assert not mismatches, "\n".join(mismatches)
+    # an honest agent leaves nothing the integrity check would restore, quarantine or refuse
+    # (build outputs such as `*.egg-info` are no shadows: Python cannot import them)
+    assert rows(db, "SELECT kind, path FROM findings") == []
     shown = resenv("show", env=cli_env, cwd=tmp_path)
     assert shown.returncode == 0 and "numpy-v1-api/baseline" in shown.stdout
     reported = resenv("report", env=cli_env, cwd=tmp_path)

@@ -77,6 +77,8 @@ def test_shadows_in_import_dirs_are_quarantined_but_declared_build_outputs_stay(
     (root / "tools" / "yaml").mkdir()
     (root / "tools" / "yaml" / "__init__.py").write_text("")
     (root / "notes.txt").write_text("")                           # not importable: ignored
+    (root / "numpy.egg-info").mkdir()                             # build metadata: no module name
+    (root / "numpy.egg-info" / "PKG-INFO").write_text("")
     (root / "deps" / "yaml").mkdir(parents=True)                  # not an import dir: a cloned dependency
     dirs = import_dirs(["{python} main.py", "{python} tools/run.py --fast"])
     assert dirs == ["", "src", "tools", "typings"]
