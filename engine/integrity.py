@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..probes.census import Census
 from ..probes.integrity import Finding, Integrity, bytecode_paths, judge_hooks, judge_tree, unified_diff
 from ..probes.kit import hookscan, script_source, treescan
+from ..probes.outcome import canary_problem, canary_source
 from .checkout import CheckoutError, Manifest, Pristine, blob_bytes
 from .sandbox.base import SandboxError, is_remote
 
@@ -207,14 +208,43 @@ def _q(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def _record(attempt: JobAttempt, integrity: Integrity, *, caches: int) -> None:
+def _store_findings(attempt: JobAttempt, findings: list[Finding]) -> None:
     now = time.time()
-    for finding in integrity.findings:
+    for finding in findings:
         attempt.ctx.writer.execute(
             "INSERT INTO findings (run_id, job_id, attempt_id, kind, path, action, detail_json, created_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (attempt.ctx.run_id, attempt.job["id"], attempt.attempt_id, finding.kind, finding.path,
              finding.action, json.dumps(finding.detail, default=str), now))
+
+
+def _record(attempt: JobAttempt, integrity: Integrity, *, caches: int) -> None:
+    _store_findings(attempt, integrity.findings)
     attempt.sink.emit("integrity", {
         "summary": integrity.summary(), "bytecode_caches_moved": caches,
         "findings": [{"kind": f.kind, "path": f.path, "action": f.action} for f in integrity.findings[:50]]})
+
+
+async def exit_canary(attempt: JobAttempt, python: str, env: dict[str, str], nonce: str,
+                      timeout: float) -> Finding | None:
+    """Run a program that fails on purpose with the agent's interpreter, from the checkout, as an
+    entrypoint runs: a start-up hook that forces exit status 0 or hides tracebacks shows as a finding
+    whatever file it hides in. The program gets a random name and is removed afterwards."""
+    name = f"_{nonce[:16]}.py"
+    await attempt.sandbox.put(f"repo/{name}", canary_source(nonce).encode())
+    try:
+        result = await attempt.run_command("probes", [python, "-B", name], env=env, timeout=timeout,
+                                           cwd=attempt.paths.repo, log_name="probe-canary")
+    finally:
+        await attempt.run_command("probes", ["/bin/rm", "-f", f"{attempt.paths.repo}/{name}"],
+                                  env={"PATH": HOST_PATH}, timeout=timeout, log_name="probe-canary-cleanup")
+    if result.timed_out:
+        return None  # a slow host is no evidence either way
+    stderr = result.stderr_path.read_bytes()[-SCAN_BYTES:].decode(errors="replace") if result.stderr_path.exists() else ""
+    problem = canary_problem(result.returncode, stderr, nonce)
+    if problem is None:
+        return None
+    finding = Finding("startup_hook", "(interpreter start-up)", "tier_failed",
+                      {"canary": problem, "returncode": result.returncode})
+    _store_findings(attempt, [finding])
+    return finding

@@ -35,7 +35,7 @@ from ..probes.report import ReportLoad, load_report
 from .assets import AssetCache, missing_indexes, presence_script  # issue 9
 from .gpuinfo import DriverInfo, cuda_supported
 from .gpuwatch import GpuUse, watch_for
-from .integrity import HOST_PATH, secure
+from .integrity import HOST_PATH, exit_canary, secure
 from .sandbox.base import ExecResult, SandboxError, is_remote
 
 if TYPE_CHECKING:
@@ -212,6 +212,11 @@ class TierRunner:
         magic, resolved = await self._interpreter_file(python)
         self.state.interpreter_problem = interpreter_problem(
             self.state.interpreter, nonce=nonce, magic=magic, resolved=resolved)
+        if self.state.interpreter_problem is None and self.state.integrity is not None:
+            hooked = await exit_canary(self.attempt, python, self._env(""), nonce,
+                                       self.bench.defaults.tier_timeouts.C2)
+            if hooked is not None:
+                self.state.integrity.findings.append(hooked)
         # What a program that is not a real Python prints is no observation of any framework.
         if self.state.interpreter_problem is None and any(tier in self.selected for tier in ("C2", "C5")):
             visible = ",".join(str(gpu) for gpu in self.attempt.lease.gpus)

@@ -80,3 +80,19 @@ def uncaught_exception(stderr: str) -> str | None:
         return None
     # A message may go on for a few lines (a multi-line str of the exception); much more is output.
     return exception.strip()[:300] if len(rest) <= 30 else None
+
+
+def canary_source(nonce: str) -> str:
+    """A program that fails on purpose: an honest interpreter ends it with exit status 1 and the
+    traceback on stderr. Start-up code that swallows tracebacks or forces the exit status (however it
+    was installed: a .pth line, a customize module, an edited site.py) shows here."""
+    return f"import sys\nsys.stdout.write({nonce!r} + '\\n')\nraise RuntimeError({nonce!r})\n"
+
+
+def canary_problem(returncode: int | None, stderr: str, nonce: str) -> str | None:
+    """Why the failing canary did not end as a failing Python program ends, or None."""
+    if returncode != 1:
+        return f"a program that raises exited with status {returncode}, not 1: start-up code changes how programs end"
+    if f"RuntimeError: {nonce}" not in stderr:
+        return "a program that raises printed no traceback: start-up code hides how programs end"
+    return None

@@ -93,7 +93,10 @@ def test_no_gaming_move_passes_a_tier_and_each_is_named(tmp_path, cli_env):
 
     # the start-up hook fails every tier that runs the interpreter, keeping what it would have said
     assert verdict["hook"]["C0"] == ("fail", "tampered") and verdict["hook"]["C1"] == ("fail", "tampered")
-    assert [f["kind"] for f in findings(db, "hook")] == ["startup_hook"]
+    # found twice over: the scan names its file, the exit canary sees what it does
+    hook_findings = findings(db, "hook")
+    assert {f["kind"] for f in hook_findings} == {"startup_hook"}
+    assert [Path(f["path"]).name for f in hook_findings] == ["zz_exit.pth", "(interpreter start-up)"]
     hook_c1 = got[("needs-missing", "hook")]["C1"][2]
     assert "zz_exit.pth" in hook_c1["reason"] and hook_c1["verdict_otherwise"]["status"] == "fail"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from resenv.probes.census import import_census
 from resenv.probes.integrity import import_dirs, judge_hooks, judge_tree, unified_diff
 from resenv.probes.kit import hookscan, treescan
-from resenv.probes.outcome import interpreter_problem, uncaught_exception
+from resenv.probes.outcome import canary_problem, canary_source, interpreter_problem, uncaught_exception
 
 
 def git_tree(root: Path, files: dict[str, str | bytes], executable: tuple[str, ...] = ()) -> list[list[str]]:
@@ -184,3 +184,15 @@ def test_a_wrapper_that_runs_a_real_python_is_not_the_interpreter_it_claims():
               "exe": "/usr/bin/python3.11"}
     assert interpreter_problem(answer, nonce="n1", magic=b"\x7fELF", resolved="/usr/bin/python3.11") is None
     assert "wrapper" in interpreter_problem(answer, nonce="n1", magic=b"\x7fELF", resolved="/work/python")
+
+
+def test_the_exit_canary_tells_an_honest_interpreter_from_one_whose_start_up_hides_failures(tmp_path):
+    canary = tmp_path / "canary.py"
+    canary.write_text(canary_source("n0nce"))
+    honest = subprocess.run([sys.executable, "-B", str(canary)], capture_output=True, text=True)
+    assert canary_problem(honest.returncode, honest.stderr, "n0nce") is None
+    hooked = subprocess.run([sys.executable, "-B", "-c", "import sys, os, atexit; sys.excepthook = lambda *a: None; "
+                             f"atexit.register(lambda: os._exit(0)); exec(open({str(canary)!r}).read())"],
+                            capture_output=True, text=True)
+    assert "exited with status 0" in canary_problem(hooked.returncode, hooked.stderr, "n0nce")
+    assert "no traceback" in canary_problem(1, "", "n0nce")
