@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,11 +126,22 @@ async def git(*args: str, env: dict[str, str], category: str = "infra") -> str:
     return out.decode().strip()
 
 
-class PristineCache:
-    """One pristine copy per repo task per run, built once even when several jobs ask at once."""
+COMPLETE_MARKER = "resenv-complete"
+"""Written last into a pristine copy: a host that received it whole has this file."""
 
-    def __init__(self, root: Path) -> None:
+
+class PristineCache:
+    """One pristine copy per repo task per run, built once even when several jobs ask at once.
+
+    The commit each copy holds is pinned by the engine (in memory, and from the run's checkout events
+    on resume), never read back from the copy, and the copy is verified against it before every
+    checkout and tier re-run: every object re-hashed by ``git fsck``, replace refs ignored. A copy
+    that fails is rebuilt from its source; a source that no longer gives the pinned commit is an
+    infrastructure error, so the jobs of one run are all judged on the same tree."""
+
+    def __init__(self, root: Path, pins: dict[str, str] | None = None) -> None:
         self.root = root
+        self.pins: dict[str, str] = dict(pins or {})
         self._locks: dict[str, asyncio.Lock] = {}
         self._manifests: dict[Pristine, Manifest] = {}
 
@@ -144,17 +156,35 @@ class PristineCache:
         async with lock:
             path = self.root / f"{repo_id}.git"
             env = git_env(self.root)
-            if (path / "resenv-commit").exists():
-                return Pristine(path, (path / "resenv-commit").read_text().strip())
+            pinned = self.pins.get(repo_id)
+            if path.exists():
+                if pinned is not None and await _intact(path, pinned, env):
+                    return Pristine(path, pinned)
+                shutil.rmtree(path)  # unpinned (built before a crash) or changed: build it again
             self.root.mkdir(parents=True, exist_ok=True)
             if local_tree is not None:
                 made = await _commit_tree(local_tree, path, env)
             else:
                 assert url is not None and commit is not None
                 made = await _clone_pinned(url, commit, path, env)
-            (path / "resenv-commit").write_text(made + "\n")
+            if pinned is not None and made != pinned:
+                raise CheckoutError(f"the source of {repo_id} now gives commit {made[:12]}, not the "
+                                    f"{pinned[:12]} this run's jobs were judged on", "infra")
+            (path / COMPLETE_MARKER).write_text(made + "\n")  # for hosts that copy it; never read back here
             _make_read_only(path)
+            self.pins[repo_id] = made
             return Pristine(path, made)
+
+
+async def _intact(path: Path, commit: str, env: dict[str, str]) -> bool:
+    """Whether the copy holds the pinned commit with every object's content matching its name."""
+    env = {**env, "GIT_DIR": str(path), "GIT_NO_REPLACE_OBJECTS": "1"}
+    try:
+        kind = await git("cat-file", "-t", commit, env=env)
+        await git("fsck", "--no-dangling", "--no-progress", "--strict", commit, env=env)
+    except CheckoutError:
+        return False
+    return kind == "commit"
 
 
 async def _commit_tree(tree: Path, bare: Path, env: dict[str, str]) -> str:

@@ -6,6 +6,7 @@ ids atomically (the engine is single-threaded asyncio, so no lock is needed) and
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import shutil
@@ -15,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from .gpuinfo import DriverInfo, local_driver
+from .sandbox.isolation import Isolation
 from .sandbox.process import ProcessSandbox
+
+log = logging.getLogger(__name__)
 
 
 def detect_local_gpus() -> list[int]:
@@ -75,7 +79,21 @@ class Host:
 
             return DockerSandbox.for_job(self, workdir, **job)  # type: ignore[return-value]
         workdir.mkdir(parents=True, exist_ok=True)
-        return ProcessSandbox(workdir)
+        return ProcessSandbox(workdir, isolation=self.isolation())
+
+    def isolation(self) -> Isolation | None:
+        """The bubblewrap settings of this host's process sandboxes; None for `sandbox: unsafe-process`."""
+        spec = getattr(self, "spec", None)
+        if getattr(spec, "sandbox", "process") == "unsafe-process":
+            if not getattr(self, "_warned_unsafe", False):
+                log.warning("host %s: sandbox: unsafe-process: agents see this whole machine and can "
+                            "outlive their jobs", self.name)
+                self._warned_unsafe = True
+            return None
+        options = getattr(spec, "process", None)
+        if options is None:
+            return Isolation()
+        return Isolation(network=options.network, uid=options.uid, expose=tuple(options.expose))
 
     def available(self) -> bool:
         """Whether the scheduler may place work here now (issue 7: an SSH host that is down may not)."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import asyncssh
 
+from .checkout import COMPLETE_MARKER
 from .gpuinfo import DriverInfo
 from .hosts import Host
 from .remote import HostDown, SshConnection, SshTarget
@@ -172,7 +173,7 @@ class SshHost(Host):
 
     async def _stage(self, path: Path) -> None:
         quoted = shlex.quote(str(path))
-        marker = shlex.quote(str(path / "resenv-commit"))
+        marker = shlex.quote(str(path / COMPLETE_MARKER))
         result = await self.connection.run(f"test -f {marker}", timeout=30)
         if result.returncode == 0:
             return

@@ -8,6 +8,7 @@ event numbered by `seq`, so a replay of the raw files after a crash can add exac
 from __future__ import annotations
 
 import asyncio
+import shlex
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ from .store import StoreWriter
 from .tiers import PROBE_TIERS, TierRunner, tail_text
 
 EXCERPT_BYTES = 4096
+CONFIGURED_PHASES = frozenset({"agent", "version"})
+"""Phases whose command line comes from the benchmark's configuration, not from the agent: the host
+files it names are shown to its sandbox (read-only)."""
 
 
 class AttemptError(Exception):
@@ -261,8 +265,12 @@ class JobAttempt:
         self.sink.emit("checkout", {"commit": pristine.commit, "pristine": str(pristine.path)})
         if (stage := getattr(self.sandbox, "stage_pristine", None)) is not None:  # issue 7: remote/container
             await stage(pristine.path)
+        # The sandbox's uid may not own the engine's pristine copy, which git then refuses to read;
+        # only the checkout's own commands are told to trust it.
+        trust = await self.sandbox.put("tmp/resenv-checkout.gitconfig", b"[safe]\n\tdirectory = *\n")
         for argv in checkout_argv(pristine, self.paths.repo):
-            result = await self.run_command("checkout", argv, timeout=self.timeouts.checkout)
+            result = await self.run_command("checkout", argv, timeout=self.timeouts.checkout,
+                                            env={"GIT_CONFIG_GLOBAL": str(trust)})
             if not result.ok:
                 raise AttemptError(f"checkout failed: {' '.join(argv[:3])} exited {result.returncode}", "infra")
         try:
@@ -270,6 +278,8 @@ class JobAttempt:
             await verify_checkout(self, pristine, await self.ctx.pristines.manifest(pristine), self.timeouts.checkout)
         except CheckoutError as error:
             raise AttemptError(str(error), error.category) from error
+        if (unstage := getattr(self.sandbox, "unstage_pristine", None)) is not None:
+            unstage()  # the agent never sees the pristine copy
         if getattr(source, "git", None):
             # Submodules need the network (a sandbox may have none): without them the agent still
             # gets the repo, and the transcript says they are missing.
@@ -349,10 +359,17 @@ class JobAttempt:
             if on_start is not None:
                 on_start(pgid)
 
-        result = await self.sandbox.exec(
-            argv, env=env, cwd=cwd or self.paths.workdir, timeout=timeout, timeout_name=timeout_name or phase,
-            stdin=stdin, log_prefix=prefix, on_line=on_line, on_start=started,
-        )
+        reveal = getattr(self.sandbox, "reveal", None) if phase in CONFIGURED_PHASES else None
+        if reveal is not None:
+            reveal(command_files(argv, self.paths.workdir))  # the configured program's own files, read-only
+        try:
+            result = await self.sandbox.exec(
+                argv, env=env, cwd=cwd or self.paths.workdir, timeout=timeout, timeout_name=timeout_name or phase,
+                stdin=stdin, log_prefix=prefix, on_line=on_line, on_start=started,
+            )
+        finally:
+            if reveal is not None:
+                self.sandbox.conceal()  # type: ignore[attr-defined]
         if result.timed_out:
             self.sink.emit("timeout", {"name": result.timeout_name, "seconds": timeout})
         self.sink.emit("exit", {
@@ -373,6 +390,26 @@ class JobAttempt:
             (self.ctx.run_id, self.job["id"], self.attempt_id, name, stream, str(path), size, lines,
              head, tail, time.time()),
         )
+
+
+def command_files(argv: list[str], workdir: Path) -> list[Path]:
+    """The host files a configured agent command names (its program, its script), outside the work dir;
+    a shell command line given as one string is split into its words."""
+    words: list[str] = []
+    for word in argv:
+        words.append(word)
+        if " " in word:
+            try:
+                words += shlex.split(word)
+            except ValueError:
+                pass
+    out: list[Path] = []
+    for word in words:
+        path = Path(word)
+        if path.is_absolute() and path.exists() and path != workdir and workdir not in path.parents \
+                and path not in workdir.parents and path != Path("/") and path not in out:
+            out.append(path)
+    return out
 
 
 def read_excerpt(path: Path) -> tuple[str, str, int, int]:

@@ -137,9 +137,25 @@ class Engine:
         agents = {name: adapter_for(name, self.bench.agent(name)) for name in options["agents"]}
         self.ctx = RunContext(
             writer=self.writer, run_id=self.run_id, run_dir=self.run_dir, bench=self.bench, suite=self.suite,
-            pristines=PristineCache(self.run_dir / "pristine"), agents=agents,
+            pristines=PristineCache(self.run_dir / "pristine", self._pinned_commits()), agents=agents,
             tiers=tuple(options.get("tiers", ALL_TIERS)),
         )
+
+    def _pinned_commits(self) -> dict[str, str]:
+        """The commit each repo's jobs were checked out at, as the engine recorded it (never as the
+        pristine copy says: a copy an agent reached could say anything)."""
+        reader = connect(self.db_path)
+        try:
+            found = reader.execute(
+                "SELECT j.repo_id, json_extract(e.data, '$.commit') FROM events e JOIN jobs j ON j.id = e.job_id"
+                " WHERE e.run_id = ? AND e.kind = 'checkout' AND json_extract(e.data, '$.commit') IS NOT NULL"
+                " ORDER BY e.id", (self.run_id,)).fetchall()
+        finally:
+            reader.close()
+        pins: dict[str, str] = {}
+        for repo_id, commit in found:
+            pins.setdefault(repo_id, commit)
+        return pins
 
     def _refuse_if_rescoring(self) -> None:
         """A run being rescored keeps its states as they are until the rescore ends."""

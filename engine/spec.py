@@ -565,12 +565,28 @@ class DockerOptions(SpecModel):
     keep_checkpoints: bool = True
 
 
-class _SandboxChoice(SpecModel):
-    """`sandbox: process | docker`; docker needs `image:` (built or loaded on the host, never pulled)."""
+class ProcessOptions(SpecModel):
+    """What a local process sandbox's bubblewrap namespace lets a command reach (engine/sandbox/isolation.py)."""
 
-    sandbox: Literal["process", "docker"] = "process"
+    network: Literal["none", "host"] = "host"  # host: agents can install packages; none: loopback only
+    expose: list[Text] = Field(default_factory=list)  # extra absolute host paths, seen read-only
+    uid: Annotated[int, Strict(), AfterValidator(_at_least(1))] = 65534  # commands' uid when resenv is root
+
+    @classmethod
+    def _rules(cls, data: dict[Any, Any], context: Any) -> list[_Problem]:
+        return [_Problem(("expose", index), "must be an absolute path")
+                for index, path in enumerate(data.get("expose") or [])
+                if isinstance(path, str) and not path.startswith("/")]
+
+
+class _SandboxChoice(SpecModel):
+    """`sandbox: process | unsafe-process | docker`; docker needs `image:` (built or loaded on the
+    host, never pulled). `unsafe-process` runs commands without bubblewrap: they see the whole machine."""
+
+    sandbox: Literal["process", "unsafe-process", "docker"] = "process"
     image: Text | None = None
     docker: DockerOptions = Field(default_factory=DockerOptions)
+    process: ProcessOptions = Field(default_factory=ProcessOptions)
 
     @classmethod
     def _rules(cls, data: dict[Any, Any], context: Any) -> list[_Problem]:

@@ -346,8 +346,9 @@ class TierRunner:
         sandbox = self.attempt.sandbox
         timeout = self.bench.tier_timeout(self.repo, "C0")
         notes: tuple[str, ...] = ()
-        if is_remote(sandbox):
-            # pyright runs here, on the import map the host recorded (probes/mirror.py says why)
+        if is_remote(sandbox) or getattr(sandbox, "isolated", False):
+            # pyright runs here, on the import map the sandbox recorded (probes/mirror.py says why):
+            # the agent's interpreter never runs outside its sandbox
             mirror = await self._mirror(census, timeout)
             python, repo_dir, notes, env = str(mirror.python), mirror.repo, mirror.notes, None
         else:
@@ -381,8 +382,13 @@ class TierRunner:
                                                                   limit=OUTPUT_TAIL))
         try:
             archive = await sandbox.get(f"{PROBE_DIR}/importmap.tar.gz", max_bytes=IMPORT_MAP_BYTES)
+        except FileNotFoundError:  # it exited 0 without running the recorder: not a Python
+            return failed_mirror(dest, str(paths.repo), f"{self.state.python} ran without recording an import map")
+        except SandboxError as error:
+            raise OSError(f"the host's import map is unreadable: {error}") from error
+        try:
             return await asyncio.to_thread(build_mirror, archive, dest)
-        except (SandboxError, ValueError, KeyError, tarfile.TarError) as error:
+        except (ValueError, KeyError, tarfile.TarError) as error:
             raise OSError(f"the host's import map is unreadable: {error}") from error
 
     # -- C1 / C3 / C4: the repo's own entrypoints -------------------------------------------
@@ -482,6 +488,10 @@ class TierRunner:
                 if cache.is_cached(asset):
                     for tree in (*cache.trees(asset), cache.record_path(asset)):
                         await put_abs(tree)
+        elif (reveal := getattr(self.attempt.sandbox, "reveal", None)) is not None:
+            # A namespaced sandbox sees this repo's verified assets, read-only, for the rest of the job.
+            reveal([path for asset in assets if cache.is_cached(asset)
+                    for path in (*cache.trees(asset), cache.record_path(asset))])
         script = presence_script(cache, assets, place_into=self.attempt.paths.repo)
         result = await self.attempt.run_command(
             "probes", ["/bin/sh", "-c", script], env=self._env(""), timeout=self.bench.defaults.tier_timeouts.C2,

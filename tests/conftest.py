@@ -37,11 +37,14 @@ def bundle_repos(root: Path, repos: dict[str, dict[str, str]]) -> str:
     return "suites:\n  s:\n    repos:\n" + textwrap.indent("".join(entries), "    ")
 
 
-def write_benchmark(root: Path, repos: dict[str, dict[str, str]], agents: str, *, hosts: str = "", defaults: str = "") -> Path:
-    """A benchmark.yaml in `root` with bundled repos (id -> {file: content}) and the given agents block."""
+def write_benchmark(root: Path, repos: dict[str, dict[str, str]], agents: str, *, hosts: str = "", defaults: str = "",
+                    expose: tuple[Path, ...] = ()) -> Path:
+    """A benchmark.yaml in `root` with bundled repos (id -> {file: content}) and the given agents block;
+    `expose`: host folders the local host's sandboxes may read (a test's gates)."""
     text = "version: 1\n"
     text += "defaults:\n  suite: s\n  agent: a\n  host: local\n  retries: {infra: 0, backoff_s: 0.1}\n" + defaults
-    text += "hosts:\n  local: {kind: local, slots: 4, gpus: 0}\n" + hosts
+    shown = f", process: {{expose: [{', '.join(str(path) for path in expose)}]}}" if expose else ""
+    text += f"hosts:\n  local: {{kind: local, slots: 4, gpus: 0{shown}}}\n" + hosts
     text += "agents:\n" + textwrap.indent(textwrap.dedent(agents), "  ")
     text += bundle_repos(root, repos)
     path = root / "benchmark.yaml"

@@ -1,10 +1,11 @@
-"""The process sandbox: a work dir and plain process groups on the local machine (Linux, asyncio).
+"""The process sandbox: a work dir and commands on the local machine (Linux, asyncio).
 
-It is the embedded default: no daemon, no root. Isolation is deliberately thin — a clean environment
-(API keys in the engine's environment never reach agents or probes), a private HOME and TMPDIR
-inside the work dir, and one process group per command so that timeouts, pause and kill reach
-everything the command started. A process that leaves its group on purpose (``setsid``, a double
-fork into a new session) escapes pause and kill; only a container sandbox prevents that.
+It is the embedded default: no daemon. By default every command runs inside a bubblewrap namespace
+(:mod:`.isolation` says what it can see): killing the namespace kills every descendant, and pause
+freezes every process in it, ``setsid`` or not. ``sandbox: unsafe-process`` keeps the old thin
+isolation only — a clean environment, a private HOME and TMPDIR inside the work dir, one process group
+per command — in which a process that leaves its group on purpose (``setsid``, a double fork into a
+new session) escapes pause and kill, and the whole machine is readable.
 
 Output is read in fixed-size chunks (binary-safe, bounded memory), appended raw to
 ``<log_prefix>.stdout`` / ``<log_prefix>.stderr`` as it arrives, and split into lines for the live
@@ -22,11 +23,12 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
 from .base import ExecResult, OutputLine, SandboxError, SandboxPathError
+from .isolation import Isolation, chown_new_parents, chown_tree
 from .common import (
     DEFAULT_PATH,
     LEFTOVER_GRACE_S,
@@ -67,6 +69,47 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+def _children_map() -> dict[int, list[int]]:
+    """Each live process's children, read from /proc in one pass."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) >= 2 and fields[0] not in (b"Z", b"X"):
+            children.setdefault(int(fields[1]), []).append(int(name))
+    return children
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``. In a pid namespace orphans are re-parented to its init, so
+    the descendants of the process that made the namespace are every process in it."""
+    children = _children_map()
+    out: list[int] = []
+    todo = list(children.get(pid, ()))
+    while todo:
+        child = todo.pop()
+        out.append(child)
+        todo.extend(children.get(child, ()))
+    return out
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live (non-zombie) process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return bool(fields) and fields[0] not in (b"Z", b"X")
+
+
 def _group_alive(pgid: int) -> bool:
     """Whether any live (non-zombie) process is left in the group.
 
@@ -105,11 +148,12 @@ def kill_stale_group(pgid: int, workdir: Path) -> bool:
     return False
 
 
-async def _wait_group_gone(pgid: int, limit_s: float) -> bool:
-    """Poll until the group has no live process or ``limit_s`` passes; True if it is gone."""
+async def _wait_group_gone(pgid: int, limit_s: float, also: tuple[int, ...] = ()) -> bool:
+    """Poll until the group and the processes ``also`` have no live process or ``limit_s`` passes;
+    True if all are gone."""
     deadline = time.monotonic() + limit_s
     delay = 0.01
-    while _group_alive(pgid):
+    while _group_alive(pgid) or any(_pid_alive(pid) for pid in also):
         if time.monotonic() >= deadline:
             return False
         await asyncio.sleep(delay)
@@ -123,6 +167,12 @@ class _Run(RunState):
 
     proc: asyncio.subprocess.Process
     pgid: int
+    namespaced: bool = False  # runs in its own pid namespace (bubblewrap)
+    members: set[int] = field(default_factory=set)  # namespace processes seen when signalling
+
+    def gone_too(self) -> tuple[int, ...]:
+        """Processes that must be gone, beside the group, before the exec returns."""
+        return tuple(self.members)
 
 
 class ProcessSandbox:
@@ -144,18 +194,45 @@ class ProcessSandbox:
         workdir: Path,
         base_env: Mapping[str, str] | None = None,
         term_grace_s: float = 5.0,
+        isolation: Isolation | None = None,
     ) -> None:
         self.workdir = Path(workdir).resolve()
         self.home = self.workdir / "home"
         self.tmp = self.workdir / "tmp"
+        self.isolation = isolation
+        self._owner = isolation.owner() if isolation is not None else None
+        self._staged: list[Path] = []  # read-only paths every exec sees until unstaged (the pristine)
         for d in (self.workdir, self.home, self.tmp):
             d.mkdir(parents=True, exist_ok=True)
+            if self._owner is not None:
+                os.lchown(d, *self._owner)
         self.base_env: dict[str, str] = dict(base_env or {})
         self.term_grace_s = term_grace_s
         self.leftover_grace_s = LEFTOVER_GRACE_S
         self._runs: set[_Run] = set()
         self._clock = PauseClock()
         self._closed = False
+
+    @property
+    def isolated(self) -> bool:
+        """Commands run in a bubblewrap namespace (see :mod:`.isolation`)."""
+        return self.isolation is not None
+
+    def reveal(self, paths: Sequence[Path]) -> None:
+        """Let the next commands read these host paths too, until :meth:`conceal`."""
+        self._staged.extend(Path(path) for path in paths)
+
+    def conceal(self) -> None:
+        """Out of sight again: what :meth:`reveal` showed."""
+        self._staged.clear()
+
+    async def stage_pristine(self, path: Path) -> None:
+        """Let the checkout's commands read the pristine copy, and no later command."""
+        self.reveal([path])
+
+    def unstage_pristine(self) -> None:
+        """The checkout is done: the pristine copy is out of sight again."""
+        self.conceal()
 
     # -- environment -------------------------------------------------------------------------------
 
@@ -201,6 +278,8 @@ class ProcessSandbox:
         args = exec_args(argv)
         run_cwd = self._exec_cwd(cwd)
         child_env = self.child_env(env)
+        if self.isolation is not None:
+            args = self._isolated_args(args, run_cwd, child_env)
         stdout_path, stderr_path = log_paths(log_prefix)
         timer = ExecTimer(self._clock, timeout_name, stdout_path, stderr_path)
 
@@ -246,7 +325,8 @@ class ProcessSandbox:
                     on_line(OutputLine("stderr", 1, msg, len(msg.encode()), False))
                 return timer.result(rc, False, False)
 
-            run = _Run(proc=proc, pgid=proc.pid)  # start_new_session: the leader's pid is the pgid
+            # start_new_session: the leader's pid is the pgid
+            run = _Run(proc=proc, pgid=proc.pid, namespaced=self.isolation is not None)
             if on_start is not None:
                 on_start(run.pgid)
             self._runs.add(run)
@@ -262,6 +342,17 @@ class ProcessSandbox:
             finally:
                 self._runs.discard(run)
                 run.done.set()
+
+    def _isolated_args(self, args: list[str], cwd: Path, env: Mapping[str, str]) -> list[str]:
+        """The command wrapped in its namespace; package caches made writable for its uid first."""
+        assert self.isolation is not None
+        if shutil.which(self.isolation.bwrap) is None:
+            raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap), "
+                               "or choose `sandbox: unsafe-process` for this host")
+        for key, value in env.items():
+            if key.endswith("_CACHE_DIR") and value.startswith("/"):
+                self.isolation.prepare_cache(Path(value))
+        return self.isolation.argv(args, workdir=self.workdir, cwd=cwd, env=env, read_only=self._staged)
 
     @staticmethod
     def _spawn_failure_code(exc: OSError) -> int:
@@ -370,7 +461,7 @@ class ProcessSandbox:
                     await asyncio.wait_for(run.proc.wait(), KILL_WAIT_S)
                 except asyncio.TimeoutError:
                     log.warning("pid %d did not exit after SIGKILL", run.pgid)
-            if not await _wait_group_gone(run.pgid, KILL_WAIT_S):
+            if not await _wait_group_gone(run.pgid, KILL_WAIT_S, run.gone_too()):
                 log.warning("process group %d still has live processes after SIGKILL", run.pgid)
 
     async def _pump(self, run: _Run, reader: asyncio.StreamReader, sink: OutputSink) -> None:
@@ -398,12 +489,21 @@ class ProcessSandbox:
         """SIGTERM the group, give it ``term_grace_s`` to exit, then SIGKILL whatever is left."""
         self._signal(run, signal.SIGTERM)
         self._signal(run, signal.SIGCONT)  # a stopped process would not act on SIGTERM
-        await _wait_group_gone(run.pgid, self.term_grace_s)
+        await _wait_group_gone(run.pgid, self.term_grace_s, run.gone_too())
         self._signal(run, signal.SIGKILL)
-        await _wait_group_gone(run.pgid, KILL_WAIT_S)
+        await _wait_group_gone(run.pgid, KILL_WAIT_S, run.gone_too())
 
     @staticmethod
     def _signal(run: _Run, sig: int) -> None:
+        """Signal the command's group and, in a namespace, every process in it (``setsid`` or not)."""
+        if run.namespaced:
+            alive = {pid for pid in run.members if _pid_alive(pid)}
+            run.members = alive | set(_descendants(run.pgid))
+            for pid in run.members:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    pass
         try:
             os.killpg(run.pgid, sig)
         except ProcessLookupError:
@@ -459,6 +559,7 @@ class ProcessSandbox:
             if target == self.workdir or target.is_dir():
                 raise SandboxError(f"destination is a directory: {rel_path!r}")
             await asyncio.to_thread(_write_bytes, target, bytes(data))
+            self._give(target, tree=False)
             return target
         src = Path(data)
         if src.is_dir():
@@ -471,7 +572,16 @@ class ProcessSandbox:
             await asyncio.to_thread(shutil.copy2, src, target)
         else:
             raise FileNotFoundError(f"no such file or directory: {src}")
+        self._give(target, tree=src.is_dir())
         return target
+
+    def _give(self, target: Path, *, tree: bool) -> None:
+        """What the engine wrote belongs to the sandbox's uid, so its commands can change it."""
+        if self._owner is None:
+            return
+        if tree:
+            chown_tree(target, self._owner)
+        chown_new_parents(target, self.workdir, self._owner)
 
     async def get(self, rel_path: str, max_bytes: int = 50 * 2**20) -> bytes:
         """Read a regular file inside the work dir, at most ``max_bytes`` (else SandboxError)."""

@@ -41,7 +41,7 @@ def fake_cli(tmp_path: Path) -> Path:
         sleep "${LINGER:-0}"
         exit "${EXIT_WITH:-0}"
     """))
-    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    script.chmod(0o755)  # the sandbox runs it as an unprivileged uid
     return script
 
 

@@ -77,7 +77,8 @@ class Harness:
         self.env = env
         self.gates = tmp_path / "gates"
         self.gates.mkdir()
-        self.bench = write_benchmark(tmp_path, {repo: {"main.py": MAIN} for repo in repos}, gated_agent(self.gates))
+        self.bench = write_benchmark(tmp_path, {repo: {"main.py": MAIN} for repo in repos}, gated_agent(self.gates),
+                                     expose=(self.gates,))
         self.db = Path(env["RESENV_DB"])
         self.engine: subprocess.Popen | None = None
         self.run_id = ""
@@ -166,10 +167,25 @@ def grows(pid: int, window: float = 0.8) -> int:
     return cpu_ticks(pid) - before
 
 
+def agent_shell(gates: Path, key: str) -> int:
+    """The agent's own shell, the one burning CPU (inside the sandbox's namespace, below bubblewrap)."""
+    marker = f"{gates}/{key}".encode()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker in cmdline and not cmdline.startswith(b"bwrap") and b"/bwrap\0" not in cmdline:
+                return int(name)
+    raise AssertionError(f"no process of {key} runs")
+
+
 def test_pause_freezes_the_agent_and_resume_thaws_it(harness):
     h = harness(["p"])
     h.start()
-    pid = h.wait_started("p/a")
+    h.wait_started("p/a")
+    pid = agent_shell(h.gates, "p/a")
     assert grows(pid) > 0  # it is burning CPU before the pause
 
     out = h.control("pause", h.run_id, "p/a")

@@ -1,0 +1,176 @@
+"""What a command in the local process sandbox can see and touch: a bubblewrap namespace.
+
+The agent is an adversary, and so is every interpreter it leaves behind for the probes, so each
+command runs in its own pid, mount, IPC and UTS namespace made by bubblewrap (a well-kept setuid-free
+tool) rather than in namespaces made by hand:
+
+* **Files.** An empty root with the system's program directories (``/usr``, ``/etc``, ``/opt`` and
+  the ``/bin``, ``/lib`` links) read-only, the Python installation resenv itself runs on read-only
+  (so an agent may build on it), a private ``/proc``, ``/dev`` (with the NVIDIA device nodes),
+  ``/tmp`` and ``/dev/shm``, and the job's work dir read-write. Paths the engine hands a command in its
+  environment (a pip config, a wheel folder, a certificate bundle) are bound read-only, package caches
+  (``*_CACHE_DIR``) read-write; the host's ``expose:`` list adds read-only paths. Nothing else: not
+  the store, not the data dir with the pristine copies and the other jobs, not the engine's home.
+* **Who.** When the engine is root, the command runs as an unprivileged uid (``nobody`` by default)
+  with no capabilities and ``no_new_privs``, so setuid programs cannot give root back. Otherwise a user
+  namespace keeps the engine's own uid, which sees only what is bound.
+* **Processes.** The command's pid namespace dies with bubblewrap: killing it kills every
+  descendant, ``setsid`` or double-forked or not, and ``/proc`` shows no process but its own.
+* **Environment.** bubblewrap starts from the command's clean environment, so its own ``/proc/1``
+  holds nothing the command was not given.
+* **Network.** The host's ``network:`` setting: ``host`` (the default, agents install packages) or
+  ``none`` (a namespace with loopback only).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SYSTEM_DIRS = ("usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+"""Top-level directories of the host seen read-only (a merged-/usr link stays a link)."""
+
+NOBODY = 65534
+
+
+class IsolationUnavailable(Exception):
+    """bubblewrap is missing or cannot make namespaces on this machine (one clear line)."""
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The settings of one host's isolated process sandboxes."""
+
+    network: str = "host"  # "host" | "none"
+    uid: int = NOBODY  # the uid (and gid) commands run as when the engine is root
+    expose: tuple[str, ...] = ()  # extra host paths seen read-only
+    bwrap: str = field(default_factory=lambda: shutil.which("bwrap") or "bwrap")
+
+    @property
+    def drops_to_uid(self) -> bool:
+        """A root engine runs commands as ``uid``; any other engine keeps its own uid."""
+        return os.geteuid() == 0
+
+    def owner(self) -> tuple[int, int] | None:
+        """The (uid, gid) files the engine writes into a work dir must belong to, or None."""
+        return (self.uid, self.uid) if self.drops_to_uid else None
+
+    def argv(self, argv: list[str], *, workdir: Path, cwd: Path, env: Mapping[str, str],
+             read_only: Iterable[Path] = ()) -> list[str]:
+        """bubblewrap's command line that runs ``argv`` inside the namespace."""
+        out = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+               "--unshare-cgroup-try", "--hostname", "resenv-sandbox"]
+        if self.network == "none":
+            out.append("--unshare-net")
+        if not self.drops_to_uid:
+            out.append("--unshare-user")
+        out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
+                "--tmpfs", "/var/tmp"]
+        for name in SYSTEM_DIRS:
+            path = Path("/", name)
+            if path.is_symlink():
+                out += ["--symlink", os.readlink(path), str(path)]
+            elif path.is_dir():
+                out += ["--ro-bind", str(path), str(path)]
+        out += ["--ro-bind-try", "/sys", "/sys"]
+        for device in sorted(Path("/dev").glob("nvidia*")):
+            out += ["--dev-bind-try", str(device), str(device)]
+        writable, readable = env_paths(env, workdir)
+        ro: list[Path] = []
+        for path in [*python_installation(), *map(Path, self.expose), *readable, *read_only]:
+            if _outside_system(path) and path not in ro and path.exists():
+                ro.append(path)
+        # A path inside another bound one is seen already (and a mount point cannot be made in it).
+        ro = [path for path in ro if not any(other in path.parents for other in ro)]
+        rw = [workdir, *writable]
+        out += _traversable_parents([*ro, *rw])
+        for path in ro:
+            out += ["--ro-bind", str(path), str(path)]
+        for path in rw:
+            out += ["--bind", str(path), str(path)]
+        out += ["--chdir", str(cwd), "--"]
+        if self.drops_to_uid:
+            out += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
+                    "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
+        return out + argv
+
+    def prepare_cache(self, path: Path) -> None:
+        """A shared package cache the sandbox's uid can write."""
+        path.mkdir(parents=True, exist_ok=True)
+        if (owner := self.owner()) is not None and path.stat().st_uid != owner[0]:
+            chown_tree(path, owner)
+
+
+def python_installation() -> list[Path]:
+    """The Python resenv runs on (its venv and the installation under it), outside the system dirs."""
+    return sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()})
+
+
+def env_paths(env: Mapping[str, str], workdir: Path) -> tuple[list[Path], list[Path]]:
+    """(caches to bind read-write, other paths to bind read-only) named in a command's environment.
+
+    Only absolute paths that exist outside the work dir count; a value may be a ``:``-list."""
+    writable: list[Path] = []
+    readable: list[Path] = []
+    for key, value in env.items():
+        for part in value.split(os.pathsep):
+            if not part.startswith("/"):
+                continue
+            path = Path(part)
+            if path == workdir or workdir in path.parents or path in workdir.parents:
+                continue  # the work dir is bound anyway; a folder above it would show other jobs
+            if key.endswith("_CACHE_DIR"):
+                writable.append(path)
+            elif path.exists():
+                readable.append(path)
+    return writable, readable
+
+
+def _traversable_parents(targets: list[Path]) -> list[str]:
+    """bubblewrap arguments that make the folders leading to each bound path traversable.
+
+    bubblewrap gives a folder it creates on the way the mode of the host's folder, and a 0700 parent
+    (``/root``, a ``mkdtemp`` folder) would lock the sandbox's uid out of what lies below it; those
+    folders are empty stand-ins in the namespace's own root, so opening them shows nothing."""
+    parents: set[Path] = set()
+    for target in targets:
+        for parent in target.parents:
+            if parent == Path("/") or not _outside_system(parent) or parent in {Path("/tmp"), Path("/dev")}:
+                continue
+            if any(parent == t or t in parent.parents for t in targets):
+                continue
+            parents.add(parent)
+    out: list[str] = []
+    for parent in sorted(parents, key=lambda p: len(p.parts)):
+        out += ["--perms", "0755", "--dir", str(parent)]
+    return out
+
+
+def _outside_system(path: Path) -> bool:
+    """Whether a path is not already seen through a system dir (binding it again is pointless)."""
+    parts = path.parts
+    return len(parts) > 1 and parts[1] not in SYSTEM_DIRS
+
+
+def chown_tree(root: Path, owner: tuple[int, int]) -> None:
+    """Give a tree the sandbox's uid; links are changed themselves, never what they point at."""
+    uid, gid = owner
+    os.lchown(root, uid, gid)
+    if root.is_symlink() or not root.is_dir():
+        return
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.lchown(os.path.join(directory, name), uid, gid)
+
+
+def chown_new_parents(path: Path, stop: Path, owner: tuple[int, int]) -> None:
+    """Give the sandbox's uid the folders between ``stop`` and ``path`` (both included)."""
+    for folder in [path, *path.parents]:
+        if folder == stop or stop in folder.parents:
+            os.lchown(folder, *owner)
+        if folder == stop:
+            break
