@@ -17,7 +17,7 @@ from . import __version__
 from .controls import ACTIONS
 from .display import NoDisplay, PlainDisplay
 from .cliload import load_for_cli
-from .paths import default_data_dir, default_db
+from .paths import absolute, default_data_dir, default_db
 from .runs import RunPlan, create_run
 from .scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
 from .spec import SpecLookupError
@@ -40,7 +40,8 @@ db_option = click.option(
 
 
 def _db(db_path: Path | None) -> Path:
-    return db_path or default_db()
+    """The store a command works on, absolute: given relative, it is resolved once, here."""
+    return absolute(db_path) if db_path is not None else default_db()
 
 
 def _reader(db_path: Path | None) -> StoreReader:
@@ -131,7 +132,7 @@ def run(
             return
         _check_secrets(bench, plan.agents)
         try:
-            run_id = create_run(bench, plan, db, data_dir or default_data_dir())
+            run_id = create_run(bench, plan, db, absolute(data_dir) if data_dir else default_data_dir())
         except SpecLookupError as error:
             raise click.ClickException(str(error)) from error
     if display is None:

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..probes import rules
+from .paths import absolute
 from .spec import Benchmark
 from .store import dumps, open_for_writing
 from .tiers import ALL_TIERS
@@ -36,7 +37,9 @@ def new_run_id() -> str:
 
 
 def create_run(bench: Benchmark, plan: RunPlan, db_path: Path, data_root: Path) -> str:
-    """Insert the run and its queued jobs in one transaction; returns the run id."""
+    """Insert the run and its queued jobs in one transaction; returns the run id. The run's data dir
+    is stored absolute: every later process (jobs, `run --resume`) reads it from any directory."""
+    data_root = absolute(data_root)
     suite = bench.suite(plan.suite)
     repos = [suite.repo(repo_id) for repo_id in plan.repos] if plan.repos else list(suite.repos)
     for agent in plan.agents:

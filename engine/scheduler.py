@@ -25,6 +25,7 @@ from .controls import ControlApplier
 from .fleet import start_fleet, stop_fleet  # issue 7
 from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
+from .paths import absolute
 from .recovery import replay_attempt_logs
 from .sandbox.process import kill_stale_group
 from .scorings import live_rescore
@@ -96,7 +97,7 @@ class Engine:
         self, db_path: Path, run_id: str, display: Display, *, jobs_limit: int | None = None,
         install_signals: bool = True,
     ) -> None:
-        self.db_path = db_path
+        self.db_path = absolute(db_path)
         # False when the engine runs in a worker thread (the dashboard owns the main thread and
         # its signals); stop it from another thread with request_stop().
         self.install_signals = install_signals
@@ -133,7 +134,7 @@ class Engine:
         self.suite = self.bench.suite(run["suite"])
         self.pool = HostPool(build_hosts({name: self.bench.host(name) for name in options["hosts"]}))
         self.limit = self.jobs_limit or options.get("jobs") or self.bench.defaults.concurrency
-        self.run_dir = Path(run["data_dir"])
+        self.run_dir = absolute(run["data_dir"])
         agents = {name: adapter_for(name, self.bench.agent(name)) for name in options["agents"]}
         self.ctx = RunContext(
             writer=self.writer, run_id=self.run_id, run_dir=self.run_dir, bench=self.bench, suite=self.suite,
