@@ -72,7 +72,7 @@ class Rescorer(Engine):
         """Rescore the run; returns the new scoring's state: `done`, `empty` (no job's state could be
         judged) or `interrupted` (Ctrl-C)."""
         self._loop = asyncio.get_running_loop()
-        self.writer = StoreWriter(self.db_path)
+        self.writer = StoreWriter(self.db_path, on_failure=self._store_failed)
         self.writer.start()
         try:
             self._load()  # an engine or another rescore holding the run refuses it (EngineBusy)

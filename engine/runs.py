@@ -8,6 +8,7 @@ judged by, so a later rules change can be told apart (`resenv rescore`).
 from __future__ import annotations
 
 import secrets
+import sqlite3
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -16,7 +17,7 @@ from pathlib import Path
 from ..probes import rules
 from .paths import absolute
 from .spec import Benchmark
-from .store import dumps, open_for_writing
+from .store import dumps, open_for_writing, rollback_quietly, store_failure
 from .tiers import ALL_TIERS
 
 
@@ -69,8 +70,14 @@ def create_run(bench: Benchmark, plan: RunPlan, db_path: Path, data_root: Path) 
             "INSERT INTO scorings (run_id, number, label, rules_version, state, created_at)"
             " VALUES (?, 0, 'original', ?, 'done', ?)", (run_id, rules.RULES_VERSION, now))
         conn.execute("COMMIT")
+    except sqlite3.Error as error:
+        rollback_quietly(conn)
+        failure = store_failure(error, db_path)
+        if failure is None:
+            raise
+        raise failure from error
     except BaseException:
-        conn.execute("ROLLBACK")
+        rollback_quietly(conn)
         raise
     finally:
         conn.close()
