@@ -28,10 +28,12 @@ from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
 from .paths import absolute
 from .recovery import replay_attempt_logs
+from .runlock import EngineBusy, RunLock
 from .sandbox.process import kill_stale_group
 from .scorings import live_rescore
 from .spec import Benchmark, benchmark_from_snapshot
-from .store import StoreFailure, StoreWriter, connect, disk_failure, dumps, mark_interrupted, store_failure
+from .store import (StoreFailure, StoreWriter, connect, disk_failure, dumps, mark_interrupted, rollback_quietly,
+                    store_failure)
 from .tiers import ALL_TIERS, ENTRYPOINT_OF, GPUS_FOR
 
 HEARTBEAT_S = 2.0
@@ -45,10 +47,6 @@ class Display(Protocol):
     def job_finished(self, job: dict[str, Any], outcome: AttemptOutcome) -> None: ...
     def message(self, text: str) -> None: ...
     def finished(self, state: str) -> None: ...
-
-
-class EngineBusy(Exception):
-    """Another live engine owns this run."""
 
 
 @dataclass(frozen=True)
@@ -94,12 +92,14 @@ def engine_alive(run: dict[str, Any]) -> bool:
 
 
 class Engine:
-    """Runs one run.
+    """Runs one run; at most one process holds a run at a time (`RunLock`, taken in `_load`).
 
     If the store fails under it (a full disk, a read-only or corrupt file, a lock held past the busy
     timeout), or the disk under the run's raw logs does, the engine stops the run as Ctrl-C does
     (sandboxes killed, attempts recorded as interrupted where the store still takes writes) and
     `execute` raises a StoreFailure whose one-line message says what failed and how to resume."""
+
+    lock_role = "engine"
 
     def __init__(
         self, db_path: Path, run_id: str, display: Display, *, jobs_limit: int | None = None,
@@ -123,6 +123,7 @@ class Engine:
         self.controls = ControlApplier(self)
         self.requeue_after: dict[int, float] = {}
         self.tier_retries: deque[TierWork] = deque()
+        self.lock: RunLock | None = None
         self.claimed = False  # this engine wrote itself into the run's row
         self.recorded = False  # the run's end state is in the store
         self.failure: StoreFailure | None = None  # the store (or the run's disk) failed: the run stopped
@@ -139,7 +140,11 @@ class Engine:
         finally:
             reader.close()
         self.run_dir = absolute(run["data_dir"])
-        if engine_alive(run) and run["engine_pid"] != os.getpid():
+        try:
+            self.lock = RunLock.take(self.run_dir, self.run_id, self.lock_role)  # EngineBusy if held
+        except OSError as error:
+            raise store_failure(error, self.run_dir) from error  # type: ignore[misc]
+        if self._held_elsewhere(run):
             raise EngineBusy(f"run {self.run_id} is being run by engine PID {run['engine_pid']} on {run['engine_host']}")
         self._refuse_if_rescoring()
         self.run = run
@@ -154,6 +159,13 @@ class Engine:
             pristines=PristineCache(self.run_dir / "pristine"), agents=agents,
             tiers=tuple(options.get("tiers", ALL_TIERS)),
         )
+
+    @staticmethod
+    def _held_elsewhere(run: dict[str, Any]) -> bool:
+        """Whether a live engine on another machine sharing this store holds the run (its heartbeat
+        tells). On this machine the run's lock, which this engine holds, already says no: a row
+        naming a local engine is a dead one's, even if its PID is a zombie's or was reused."""
+        return run["engine_host"] != platform.node() and engine_alive(run)
 
     def _refuse_if_rescoring(self) -> None:
         """A run being rescored keeps its states as they are until the rescore ends."""
@@ -171,27 +183,30 @@ class Engine:
         """Run (or resume) until every job is finished or the run is cancelled; returns the run state.
 
         Raises StoreFailure (one line: what failed, whether the run is marked interrupted, how to
-        resume) when the store or the run's disk failed."""
+        resume) when the store or the run's disk failed, EngineBusy when another process holds the run."""
         self._loop = asyncio.get_running_loop()
         state = "interrupted"
         try:
-            self.writer = StoreWriter(self.db_path, on_failure=self._store_failed)
             try:
-                self.writer.start()
-                state = await self._execute()
-            finally:
-                await stop_fleet(self)  # issue 7
-                await self.writer.close()
-        except (StoreFailure, sqlite3.Error, OSError) as error:
-            failure = self._as_failure(error)
-            if failure is None:
-                raise
-            self.failure = self.failure or failure
-        if self.failure is not None:
-            raise self._stopped_by(self.failure) from None
-        if self.crash is not None:
-            raise self.crash
-        return state
+                self.writer = StoreWriter(self.db_path, on_failure=self._store_failed)
+                try:
+                    self.writer.start()
+                    state = await self._execute()
+                finally:
+                    await stop_fleet(self)  # issue 7
+                    await self.writer.close()
+            except (StoreFailure, sqlite3.Error, OSError) as error:
+                failure = self._as_failure(error)
+                if failure is None:
+                    raise
+                self.failure = self.failure or failure
+            if self.failure is not None:
+                raise self._stopped_by(self.failure) from None
+            if self.crash is not None:
+                raise self.crash
+            return state
+        finally:
+            self._release()
 
     def _as_failure(self, error: BaseException) -> StoreFailure | None:
         """The store's failure an error means (any error of the store; an OSError only when the disk failed)."""
@@ -212,6 +227,11 @@ class Engine:
                                 f"{resume} once that is fixed")
         return StoreFailure(f"{failure}; run {self.run_id} stopped, but the store could not record that ({why}): "
                             f"{resume} recovers it once that is fixed")
+
+    def _release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     async def _execute(self) -> str:
         self._load()
@@ -271,12 +291,29 @@ class Engine:
         self._interrupt(cause=str(failure))
 
     async def _claim(self) -> None:
+        """Write this engine into the run's row, in one transaction with the check that no live engine
+        on another machine holds it (on this one, the run's lock already tells)."""
         now = time.time()
-        self.paused = self.run["state"] == "paused"  # an operator's pause outlives the engine
-        self.writer.update("runs", self.run_id, {
-            "state": "paused" if self.paused else "running", "started_at": self.run["started_at"] or now, "finished_at": None,
-            "engine_pid": os.getpid(), "engine_host": platform.node(), "heartbeat_at": now,
-        })
+        conn = connect(self.db_path)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                run = dict(conn.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone())
+                if self._held_elsewhere(run):
+                    raise EngineBusy(f"run {self.run_id} is being run by engine PID {run['engine_pid']}"
+                                     f" on {run['engine_host']}")
+                self.paused = run["state"] == "paused"  # an operator's pause outlives the engine
+                conn.execute(
+                    "UPDATE runs SET state = ?, started_at = ?, finished_at = NULL, engine_pid = ?, engine_host = ?,"
+                    " heartbeat_at = ? WHERE id = ?",
+                    ("paused" if self.paused else "running", run["started_at"] or now, os.getpid(), platform.node(),
+                     now, self.run_id))
+                conn.execute("COMMIT")
+            except BaseException:
+                rollback_quietly(conn)
+                raise
+        finally:
+            conn.close()
         self.claimed = True
         for host in self.pool.hosts:
             self.writer.execute(
