@@ -132,7 +132,9 @@ def assert_resumed_to_the_end(h: Harness, keys: list[str]) -> None:
 
 def test_a_full_disk_under_the_store_stops_the_run_in_one_line_and_resume_finishes_it(tmp_path, cli_env):
     small = tmp_path / "small"
-    with small_fs(small, "4m"):
+    # room enough that the store cannot fill it by itself before the ballast does (and that freeing
+    # the ballast leaves room to resume); the ballast then takes every byte that is left
+    with small_fs(small, "32m"):
         cli_env["RESENV_DB"] = str(small / "store.db")
         h = Harness(tmp_path, cli_env, ["r1", "r2"])
         h.bench = write_benchmark(tmp_path, {key: {"main.py": MAIN} for key in ("r1", "r2")},
