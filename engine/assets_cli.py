@@ -32,7 +32,7 @@ from .assets import (
     unique_assets,
 )
 from .cliload import load_for_cli
-from .paths import default_data_dir
+from .paths import absolute, default_data_dir
 from .sandbox.base import SandboxError
 from .spec import Asset, Benchmark, SpecLookupError
 
@@ -74,7 +74,7 @@ data_dir_option = click.option("--data-dir", type=click.Path(path_type=Path), de
 
 
 def _cache(data_dir: Path | None) -> AssetCache:
-    return AssetCache.under(data_dir or default_data_dir())
+    return AssetCache.under(absolute(data_dir) if data_dir else default_data_dir())
 
 
 @assets_group.command("fetch")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -17,12 +19,12 @@ from . import __version__
 from .controls import ACTIONS
 from .display import NoDisplay, PlainDisplay
 from .cliload import load_for_cli
-from .paths import default_data_dir, default_db
+from .paths import absolute, default_data_dir, default_db
 from .runs import RunPlan, create_run
 from .scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
 from .spec import SpecLookupError
 from .secrets import load_secrets
-from .store import StoreError, StoreReader, insert_control
+from .store import DISK_ERRNOS, StoreError, StoreReader, insert_control, store_failure
 from .tiers import ALL_TIERS
 from .figure import write_pyramid_figure
 from .scoring import choose_scoring, render, score_run
@@ -39,8 +41,14 @@ db_option = click.option(
 )
 
 
+_store_in_use: list[Path] = []  # the store the command works on, to name it in an error
+
+
 def _db(db_path: Path | None) -> Path:
-    return db_path or default_db()
+    """The store a command works on, absolute: given relative, it is resolved once, here."""
+    path = absolute(db_path) if db_path is not None else default_db()
+    _store_in_use[:] = [path]
+    return path
 
 
 def _reader(db_path: Path | None) -> StoreReader:
@@ -73,7 +81,32 @@ def _scoring(reader: StoreReader, run_id: str, ref: str) -> tuple[Scoring, list[
         raise click.ClickException(str(error)) from error
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class ResenvGroup(click.Group):
+    """A store or a disk that cannot be used (full, read-only, corrupt, locked, a directory) ends any
+    command with one line on stderr and exit status 1, never with a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (StoreError, EngineBusy) as error:
+            raise click.ClickException(_one_line(error)) from error
+        except sqlite3.Error as error:
+            failure = store_failure(error, _store_in_use[0] if _store_in_use else default_db())
+            if failure is None:
+                raise
+            raise click.ClickException(_one_line(failure)) from error
+        except OSError as error:
+            if error.errno not in DISK_ERRNOS | {errno.EACCES, errno.EPERM}:
+                raise
+            where = f": {error.filename}" if error.filename else ""
+            raise click.ClickException(f"{error.strerror or error}{where}") from error
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+@click.group(cls=ResenvGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="resenv")
 def main() -> None:
     """Benchmark and supervise coding agents that build environments for research repositories."""
@@ -107,7 +140,11 @@ def run(
     if resume_id and dry_run:
         raise click.ClickException("--dry-run plans a new run; it does not go with --resume")
     if resume_id:
-        reader = _reader(db)
+        try:
+            reader = _reader(db)
+        except click.ClickException as error:  # the store cannot even be read: nothing was touched
+            raise click.ClickException(f"{error.message}; run {resume_id} was not resumed: "
+                                       f"`resenv run --resume {resume_id}` once that is fixed") from error
         try:
             run_id = reader.resolve_run(resume_id)["id"]
         except StoreError as error:
@@ -131,7 +168,7 @@ def run(
             return
         _check_secrets(bench, plan.agents)
         try:
-            run_id = create_run(bench, plan, db, data_dir or default_data_dir())
+            run_id = create_run(bench, plan, db, absolute(data_dir) if data_dir else default_data_dir())
         except SpecLookupError as error:
             raise click.ClickException(str(error)) from error
     if display is None:

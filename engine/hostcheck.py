@@ -257,13 +257,13 @@ if click is not None:
         from dataclasses import asdict
 
         from .cliload import load_for_cli
-        from .paths import default_data_dir
+        from .paths import absolute, default_data_dir
 
         bench = load_for_cli(benchmark)
         unknown = [name for name in names if name not in bench.hosts]
         if unknown:
             raise click.ClickException(f"unknown host(s) {', '.join(unknown)}; known: {', '.join(bench.hosts)}")
-        results = asyncio.run(check_hosts(bench, data_dir or default_data_dir(), list(names) or None))
+        results = asyncio.run(check_hosts(bench, absolute(data_dir) if data_dir else default_data_dir(), list(names) or None))
         if as_json:
             click.echo(json.dumps([asdict(facts) for facts in results], indent=2))
         else:

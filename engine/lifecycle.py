@@ -22,7 +22,7 @@ from .hosts import Lease
 from .integrity import verify_checkout
 from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError, is_remote
 from .secrets import redact_files, redact_obj  # issue 6: secrets never reach the store
-from .store import StoreWriter
+from .store import StoreWriter, disk_failure
 from .tiers import PROBE_TIERS, TierRunner, tail_text
 
 EXCERPT_BYTES = 4096
@@ -210,6 +210,8 @@ class JobAttempt:
             raise
         except (SandboxError, OSError) as error:
             status, reason = "error", f"{type(error).__name__}: {error}"
+            if (failure := disk_failure(error, self.ctx.run_dir)) is not None:
+                raise failure from error  # the engine's own disk (a raw log's): the run stops, not this job
             raise AttemptError(f"phase {name}: {reason}", "infra") from error
         finally:
             finished = time.time()

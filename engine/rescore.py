@@ -57,6 +57,8 @@ class Planned:
 class Rescorer(Engine):
     """An engine that only judges kept states: no agent, no controls, no change to the run's record."""
 
+    lock_role = "rescore"
+
     def __init__(
         self, db_path: Path, run_id: str, display: Display, *, tiers: tuple[str, ...] | None = None,
         jobs_limit: int | None = None, install_signals: bool = True,
@@ -72,7 +74,7 @@ class Rescorer(Engine):
         """Rescore the run; returns the new scoring's state: `done`, `empty` (no job's state could be
         judged) or `interrupted` (Ctrl-C)."""
         self._loop = asyncio.get_running_loop()
-        self.writer = StoreWriter(self.db_path)
+        self.writer = StoreWriter(self.db_path, on_failure=self._store_failed)
         self.writer.start()
         try:
             self._load()  # an engine or another rescore holding the run refuses it (EngineBusy)
@@ -105,6 +107,7 @@ class Rescorer(Engine):
                                                                  "finished_at": time.time()})
             await stop_fleet(self)
             await self.writer.close()
+            self._release()
 
     @property
     def scoring_id(self) -> int:

@@ -8,14 +8,16 @@ judged by, so a later rules change can be told apart (`resenv rescore`).
 from __future__ import annotations
 
 import secrets
+import sqlite3
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from ..probes import rules
+from .paths import absolute
 from .spec import Benchmark
-from .store import dumps, open_for_writing
+from .store import dumps, open_for_writing, rollback_quietly, store_failure
 from .tiers import ALL_TIERS
 
 
@@ -36,7 +38,9 @@ def new_run_id() -> str:
 
 
 def create_run(bench: Benchmark, plan: RunPlan, db_path: Path, data_root: Path) -> str:
-    """Insert the run and its queued jobs in one transaction; returns the run id."""
+    """Insert the run and its queued jobs in one transaction; returns the run id. The run's data dir
+    is stored absolute: every later process (jobs, `run --resume`) reads it from any directory."""
+    data_root = absolute(data_root)
     suite = bench.suite(plan.suite)
     repos = [suite.repo(repo_id) for repo_id in plan.repos] if plan.repos else list(suite.repos)
     for agent in plan.agents:
@@ -66,8 +70,14 @@ def create_run(bench: Benchmark, plan: RunPlan, db_path: Path, data_root: Path) 
             "INSERT INTO scorings (run_id, number, label, rules_version, state, created_at)"
             " VALUES (?, 0, 'original', ?, 'done', ?)", (run_id, rules.RULES_VERSION, now))
         conn.execute("COMMIT")
+    except sqlite3.Error as error:
+        rollback_quietly(conn)
+        failure = store_failure(error, db_path)
+        if failure is None:
+            raise
+        raise failure from error
     except BaseException:
-        conn.execute("ROLLBACK")
+        rollback_quietly(conn)
         raise
     finally:
         conn.close()

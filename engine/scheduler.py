@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import signal
+import sqlite3
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine
@@ -25,11 +26,14 @@ from .controls import ControlApplier
 from .fleet import start_fleet, stop_fleet  # issue 7
 from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
+from .paths import absolute
 from .recovery import replay_attempt_logs
+from .runlock import EngineBusy, RunLock
 from .sandbox.process import kill_stale_group
 from .scorings import live_rescore
 from .spec import Benchmark, benchmark_from_snapshot
-from .store import StoreWriter, connect, dumps
+from .store import (StoreFailure, StoreWriter, connect, disk_failure, dumps, mark_interrupted, rollback_quietly,
+                    store_failure)
 from .tiers import ALL_TIERS, ENTRYPOINT_OF, GPUS_FOR
 
 HEARTBEAT_S = 2.0
@@ -43,10 +47,6 @@ class Display(Protocol):
     def job_finished(self, job: dict[str, Any], outcome: AttemptOutcome) -> None: ...
     def message(self, text: str) -> None: ...
     def finished(self, state: str) -> None: ...
-
-
-class EngineBusy(Exception):
-    """Another live engine owns this run."""
 
 
 @dataclass(frozen=True)
@@ -92,11 +92,20 @@ def engine_alive(run: dict[str, Any]) -> bool:
 
 
 class Engine:
+    """Runs one run; at most one process holds a run at a time (`RunLock`, taken in `_load`).
+
+    If the store fails under it (a full disk, a read-only or corrupt file, a lock held past the busy
+    timeout), or the disk under the run's raw logs does, the engine stops the run as Ctrl-C does
+    (sandboxes killed, attempts recorded as interrupted where the store still takes writes) and
+    `execute` raises a StoreFailure whose one-line message says what failed and how to resume."""
+
+    lock_role = "engine"
+
     def __init__(
         self, db_path: Path, run_id: str, display: Display, *, jobs_limit: int | None = None,
         install_signals: bool = True,
     ) -> None:
-        self.db_path = db_path
+        self.db_path = absolute(db_path)
         # False when the engine runs in a worker thread (the dashboard owns the main thread and
         # its signals); stop it from another thread with request_stop().
         self.install_signals = install_signals
@@ -114,6 +123,12 @@ class Engine:
         self.controls = ControlApplier(self)
         self.requeue_after: dict[int, float] = {}
         self.tier_retries: deque[TierWork] = deque()
+        self.lock: RunLock | None = None
+        self.claimed = False  # this engine wrote itself into the run's row
+        self.recorded = False  # the run's end state is in the store
+        self.failure: StoreFailure | None = None  # the store (or the run's disk) failed: the run stopped
+        self.crash: BaseException | None = None  # a background task of the engine died of a bug
+        self.stop_cause: str | None = None  # why the engine stopped its jobs, when not an operator's Ctrl-C
 
     # -- setup ------------------------------------------------------------------------------
     def _load(self) -> None:
@@ -124,7 +139,12 @@ class Engine:
                 "SELECT * FROM jobs WHERE run_id = ? ORDER BY id", (self.run_id,))}
         finally:
             reader.close()
-        if engine_alive(run) and run["engine_pid"] != os.getpid():
+        self.run_dir = absolute(run["data_dir"])
+        try:
+            self.lock = RunLock.take(self.run_dir, self.run_id, self.lock_role)  # EngineBusy if held
+        except OSError as error:
+            raise store_failure(error, self.run_dir) from error  # type: ignore[misc]
+        if self._held_elsewhere(run):
             raise EngineBusy(f"run {self.run_id} is being run by engine PID {run['engine_pid']} on {run['engine_host']}")
         self._refuse_if_rescoring()
         self.run = run
@@ -133,7 +153,6 @@ class Engine:
         self.suite = self.bench.suite(run["suite"])
         self.pool = HostPool(build_hosts({name: self.bench.host(name) for name in options["hosts"]}))
         self.limit = self.jobs_limit or options.get("jobs") or self.bench.defaults.concurrency
-        self.run_dir = Path(run["data_dir"])
         agents = {name: adapter_for(name, self.bench.agent(name)) for name in options["agents"]}
         self.ctx = RunContext(
             writer=self.writer, run_id=self.run_id, run_dir=self.run_dir, bench=self.bench, suite=self.suite,
@@ -157,6 +176,13 @@ class Engine:
             pins.setdefault(repo_id, commit)
         return pins
 
+    @staticmethod
+    def _held_elsewhere(run: dict[str, Any]) -> bool:
+        """Whether a live engine on another machine sharing this store holds the run (its heartbeat
+        tells). On this machine the run's lock, which this engine holds, already says no: a row
+        naming a local engine is a dead one's, even if its PID is a zombie's or was reused."""
+        return run["engine_host"] != platform.node() and engine_alive(run)
+
     def _refuse_if_rescoring(self) -> None:
         """A run being rescored keeps its states as they are until the rescore ends."""
         conn = connect(self.db_path, readonly=True)
@@ -170,52 +196,141 @@ class Engine:
                              f" on {holder['engine_host']}")
 
     async def execute(self) -> str:
-        """Run (or resume) until every job is finished or the run is cancelled; returns the run state."""
+        """Run (or resume) until every job is finished or the run is cancelled; returns the run state.
+
+        Raises StoreFailure (one line: what failed, whether the run is marked interrupted, how to
+        resume) when the store or the run's disk failed, EngineBusy when another process holds the run."""
         self._loop = asyncio.get_running_loop()
-        self.writer = StoreWriter(self.db_path)
-        self.writer.start()
+        state = "interrupted"
         try:
-            self._load()
-            await self._claim()
-            self.fleet = await start_fleet(self)  # issue 7: ssh hosts, host up/down, GPU telemetry
-            await self._recover()
-            self.pending.extend(job_id for job_id, job in self.jobs.items() if job["state"] == "queued")
-            # Controls sent while no engine ran (a retry of a finished job, say) apply before dispatch.
-            await self._apply_controls()
-            self.display.started(self.run_id, len(self.jobs), self.db_path, self.run_dir)
-            background = [
-                asyncio.create_task(self._heartbeat(), name="heartbeat"),
-                asyncio.create_task(self._poll_controls(), name="controls"),
-            ]
-            loop = asyncio.get_running_loop()
-            if self.install_signals:
-                loop.add_signal_handler(signal.SIGINT, self._interrupt)
-                loop.add_signal_handler(signal.SIGTERM, self._interrupt)
             try:
-                state = await self._dispatch_loop()
-            finally:
-                if self.install_signals:
-                    loop.remove_signal_handler(signal.SIGINT)
-                    loop.remove_signal_handler(signal.SIGTERM)
-                for task in background:
-                    task.cancel()
-                await asyncio.gather(*background, return_exceptions=True)
+                self.writer = StoreWriter(self.db_path, on_failure=self._store_failed)
+                try:
+                    self.writer.start()
+                    state = await self._execute()
+                finally:
+                    await stop_fleet(self)  # issue 7
+                    await self.writer.close()
+            except (StoreFailure, sqlite3.Error, OSError) as error:
+                failure = self._as_failure(error)
+                if failure is None:
+                    raise
+                self.failure = self.failure or failure
+            if self.failure is not None:
+                raise self._stopped_by(self.failure) from None
+            if self.crash is not None:
+                raise self.crash
+            return state
+        finally:
+            self._release()
+
+    def _as_failure(self, error: BaseException) -> StoreFailure | None:
+        """The store's failure an error means (any error of the store; an OSError only when the disk failed)."""
+        if isinstance(error, StoreFailure):
+            return error
+        if isinstance(error, sqlite3.Error):
+            return store_failure(error, self.db_path)
+        return disk_failure(error, getattr(self, "run_dir", self.db_path.parent))
+
+    def _stopped_by(self, failure: StoreFailure) -> StoreFailure:
+        """The one-line failure to report: what failed, what became of the run, how to resume it."""
+        resume = f"`resenv run --resume {self.run_id}`"
+        if not self.claimed:
+            return StoreFailure(f"{failure}; run {self.run_id} did not start: resume it with {resume} once that is fixed")
+        why = None if self.recorded else mark_interrupted(self.db_path, self.run_id, str(failure))
+        if why is None:
+            return StoreFailure(f"{failure}; run {self.run_id} stopped and is marked interrupted: resume it with "
+                                f"{resume} once that is fixed")
+        return StoreFailure(f"{failure}; run {self.run_id} stopped, but the store could not record that ({why}): "
+                            f"{resume} recovers it once that is fixed")
+
+    def _release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    async def _execute(self) -> str:
+        self._load()
+        await self._claim()
+        self.fleet = await start_fleet(self)  # issue 7: ssh hosts, host up/down, GPU telemetry
+        await self._recover()
+        self.pending.extend(job_id for job_id, job in self.jobs.items() if job["state"] == "queued")
+        # Controls sent while no engine ran (a retry of a finished job, say) apply before dispatch.
+        await self._apply_controls()
+        self.display.started(self.run_id, len(self.jobs), self.db_path, self.run_dir)
+        background = [
+            asyncio.create_task(self._heartbeat(), name="heartbeat"),
+            asyncio.create_task(self._poll_controls(), name="controls"),
+        ]
+        for task in background:
+            task.add_done_callback(self._background_ended)
+        loop = asyncio.get_running_loop()
+        if self.install_signals:
+            loop.add_signal_handler(signal.SIGINT, self._interrupt)
+            loop.add_signal_handler(signal.SIGTERM, self._interrupt)
+        try:
+            state = await self._dispatch_loop()
+        finally:
+            if self.install_signals:
+                loop.remove_signal_handler(signal.SIGINT)
+                loop.remove_signal_handler(signal.SIGTERM)
+            for task in background:
+                task.cancel()
+            await asyncio.gather(*background, return_exceptions=True)
+        if self.failure is None:
             self.writer.update("runs", self.run_id, {"state": state, "finished_at": time.time(), "heartbeat_at": None})
             self.writer.event(self.run_id, "run_state", {"state": state})
             await self.writer.flush()
+            self.recorded = True
+        if self.failure is None and self.crash is None:
             self.display.finished(state)
-            return state
-        finally:
-            await stop_fleet(self)  # issue 7
-            await self.writer.close()
+        return state
+
+    def _background_ended(self, task: asyncio.Task) -> None:
+        """A heartbeat or control poller must never die silently: the run stops if one does."""
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        assert error is not None
+        failure = self._as_failure(error)
+        if failure is not None:
+            self._store_failed(failure)
+            return
+        self.crash = self.crash or error
+        self._interrupt(cause=f"the engine's {task.get_name()} task failed: {type(error).__name__}: {error}")
+
+    def _store_failed(self, failure: StoreFailure) -> None:
+        """The store, or the disk under the run, failed: stop every job now as Ctrl-C would (their
+        events could not be kept), then `execute` reports it."""
+        if self.failure is None:
+            self.failure = failure
+        self._interrupt(cause=str(failure))
 
     async def _claim(self) -> None:
+        """Write this engine into the run's row, in one transaction with the check that no live engine
+        on another machine holds it (on this one, the run's lock already tells)."""
         now = time.time()
-        self.paused = self.run["state"] == "paused"  # an operator's pause outlives the engine
-        self.writer.update("runs", self.run_id, {
-            "state": "paused" if self.paused else "running", "started_at": self.run["started_at"] or now, "finished_at": None,
-            "engine_pid": os.getpid(), "engine_host": platform.node(), "heartbeat_at": now,
-        })
+        conn = connect(self.db_path)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                run = dict(conn.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone())
+                if self._held_elsewhere(run):
+                    raise EngineBusy(f"run {self.run_id} is being run by engine PID {run['engine_pid']}"
+                                     f" on {run['engine_host']}")
+                self.paused = run["state"] == "paused"  # an operator's pause outlives the engine
+                conn.execute(
+                    "UPDATE runs SET state = ?, started_at = ?, finished_at = NULL, engine_pid = ?, engine_host = ?,"
+                    " heartbeat_at = ? WHERE id = ?",
+                    ("paused" if self.paused else "running", run["started_at"] or now, os.getpid(), platform.node(),
+                     now, self.run_id))
+                conn.execute("COMMIT")
+            except BaseException:
+                rollback_quietly(conn)
+                raise
+        finally:
+            conn.close()
+        self.claimed = True
         for host in self.pool.hosts:
             self.writer.execute(
                 "INSERT OR REPLACE INTO hosts (run_id, name, kind, state, inventory_json, updated_at) VALUES (?, ?, ?, 'up', ?, ?)",
@@ -366,6 +481,9 @@ class Engine:
             outcome = await running.attempt.execute_tiers(work.tiers, self._original_tier_rows(job["id"]))
         except asyncio.CancelledError:
             outcome = AttemptOutcome("cancelled", reason=running.stop_reason)
+        except StoreFailure as failure:  # the store or the run's disk failed: the run stops
+            outcome = AttemptOutcome("error", "infra", f"interrupted: {failure}")
+            self._store_failed(failure)
         except Exception as error:  # the run goes on
             outcome = AttemptOutcome("error", "infra", f"{type(error).__name__}: {error}")
         finally:
@@ -452,6 +570,9 @@ class Engine:
             outcome = await running.attempt.execute()
         except asyncio.CancelledError:
             outcome = AttemptOutcome("cancelled", reason=running.stop_reason)
+        except StoreFailure as failure:  # the store or the run's disk failed: the run stops
+            outcome = AttemptOutcome("error", "infra", f"interrupted: {failure}")
+            self._store_failed(failure)
         except Exception as error:  # a bug or an unexpected infrastructure fault: the run goes on
             outcome = AttemptOutcome("error", "infra", f"{type(error).__name__}: {error}")
         finally:
@@ -467,7 +588,8 @@ class Engine:
         stop = running.stop_reason
         attempt_state, category, reason = outcome.state, outcome.category, outcome.reason
         if stop == "shutdown":
-            attempt_state, category, reason = "error", "infra", "interrupted by operator"
+            why = f"interrupted: {self.stop_cause}" if self.stop_cause else "interrupted by operator"
+            attempt_state, category, reason = "error", "infra", why
         elif stop == "retry":
             reason = "superseded by a retry"
         elif stop == "cancel":
@@ -527,16 +649,23 @@ class Engine:
     def interrupt_message(self) -> str:
         return f"interrupted: stopping jobs (resume with `resenv run --resume {self.run_id}`)"
 
-    def _interrupt(self) -> None:
-        """Ctrl-C / SIGTERM: kill every sandbox, record the attempts as interrupted, stop."""
+    def _interrupt(self, cause: str | None = None) -> None:
+        """Ctrl-C / SIGTERM (or the store failing, `cause`): kill every sandbox, record the attempts as
+        interrupted, stop."""
         if self.cancelled:
             return
+        self.stop_cause = cause
         self.display.message(self.interrupt_message())
         self.cancelled = True
         self.interrupted = True
+        try:
+            current = asyncio.current_task()
+        except RuntimeError:  # no loop running yet
+            current = None
         for running in self.running.values():
             running.stop_reason = "shutdown"
-            running.task.cancel()
+            if running.task is not current:  # a job that hit the failure itself is already ending
+                running.task.cancel()
         self.wake.set()
 
     # -- controls ---------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from ..engine.paths import default_db
+from ..engine.paths import absolute, default_db
 from .data import FeedError, Poller, RunFeed, resolve_run
 
 
@@ -72,7 +72,7 @@ def run_with_engine(db_path: Path, run_id: str, *, jobs_limit: int | None = None
 @click.option("--readonly", is_flag=True, help="Watch only: pause, resume, retry and cancel are refused.")
 def main(run_ref: str, db_path: Path | None, readonly: bool) -> None:
     """Attach the live dashboard to a run (default: the latest), live or finished."""
-    db = db_path or default_db()
+    db = absolute(db_path) if db_path else default_db()
     try:
         run = resolve_run(db, run_ref)
     except (FeedError, OSError) as error:
