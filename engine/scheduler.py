@@ -28,6 +28,7 @@ from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attemp
 from .recovery import replay_attempt_logs
 from .sandbox.process import kill_stale_group
 from .scorings import live_rescore
+from .secrets import scrub_attempt
 from .spec import Benchmark, benchmark_from_snapshot
 from .store import StoreWriter, connect, dumps
 from .tiers import ALL_TIERS, ENTRYPOINT_OF, GPUS_FOR
@@ -47,6 +48,12 @@ class Display(Protocol):
 
 class EngineBusy(Exception):
     """Another live engine owns this run."""
+
+
+class SecretsMissing(EngineBusy):
+    """A declared secret of the run's agents cannot be loaded: the run is not resumed, nothing changes.
+
+    Without the value, the crashed attempts' raw logs could be neither scrubbed nor replayed redacted."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,15 @@ class Engine:
             tiers=tuple(options.get("tiers", ALL_TIERS)),
         )
 
+    def _refuse_without_secrets(self) -> None:
+        """Every secret the run's agents declare must load before anything is touched: the secrets
+        registry (filled as the adapters were built) is what scrubs and redacts the crashed attempts."""
+        problems = [f"agent {name!r}: {problem}" for name, adapter in self.ctx.agents.items()
+                    for problem in getattr(getattr(adapter, "secrets", None), "problems", ())]
+        if problems:
+            raise SecretsMissing(f"cannot resume run {self.run_id}: " + "; ".join(problems)
+                                 + " (set it and resume again; nothing was changed)")
+
     def _refuse_if_rescoring(self) -> None:
         """A run being rescored keeps its states as they are until the rescore ends."""
         conn = connect(self.db_path, readonly=True)
@@ -160,6 +176,7 @@ class Engine:
         self.writer.start()
         try:
             self._load()
+            self._refuse_without_secrets()
             await self._claim()
             self.fleet = await start_fleet(self)  # issue 7: ssh hosts, host up/down, GPU telemetry
             await self._recover()
@@ -240,6 +257,13 @@ class Engine:
             job = self.jobs[attempt["job_id"]]
             sink = EventSink(self.writer, self.run_id, job["id"], attempt["id"], seqs.get(attempt["id"], 0))
             adapter = self.ctx.agents.get(job["agent"])
+            # Before anything reads what the attempt left (the replay below, any excerpt), its raw logs
+            # and the files it wrote lose every secret: the agent may have been killed mid-sentence.
+            since = attempt["started_at"] - 1 if attempt["started_at"] is not None else None
+            scrubbed = await asyncio.to_thread(scrub_attempt, Path(attempt["workdir"]).parent, since)
+            if scrubbed:
+                sink.emit("redacted", {"files": len(scrubbed), "paths": [str(p) for p in scrubbed[:20]],
+                                       "when": "resume"})
             replayed = replay_attempt_logs(Path(attempt["workdir"]).parent / "logs", attempt["id"],
                                            announced.get(attempt["id"], set()), logged, sink, adapter)
             sink.emit("interrupted", {"reason": "engine stopped while the attempt ran", "replayed_lines": replayed})
