@@ -556,6 +556,8 @@ class Engine:
     async def _apply_controls(self) -> None:
         """Apply and acknowledge every control not yet acknowledged, oldest first."""
         rows = self._read("SELECT * FROM controls WHERE run_id = ? AND acked_at IS NULL ORDER BY id", (self.run_id,))
+        if rows:
+            await self.writer.flush()  # a control may read what the engine recorded (a tier retry: the verdicts)
         for control in rows:
             ack, message = self.controls.apply(control)
             self.writer.update("controls", control["id"], {"acked_at": time.time(), "ack": ack, "ack_message": message})
