@@ -16,7 +16,15 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..probes.census import Census
-from ..probes.integrity import Finding, Integrity, bytecode_paths, judge_hooks, judge_tree, unified_diff
+from ..probes.integrity import (
+    Finding,
+    Integrity,
+    bytecode_paths,
+    judge_hooks,
+    judge_tree,
+    scan_problems,
+    unified_diff,
+)
 from ..probes.kit import hookscan, script_source, treescan
 from ..probes.outcome import canary_problem, canary_source
 from .checkout import CheckoutError, Manifest, Pristine, blob_bytes
@@ -87,8 +95,9 @@ async def verify_checkout(attempt: JobAttempt, pristine: Pristine, manifest: Man
                                         manifest.missing_objects), "infra")
     scan = await scan_tree(attempt, manifest, [], timeout)
     changed = scan.get("changed")
-    if not isinstance(changed, list):
-        raise ScanError("the checkout scan gave no list of changes")
+    if not isinstance(changed, list) or (problems := scan_problems(scan)):
+        raise ScanError("the checkout scan gave no list of changes" if not isinstance(changed, list)
+                        else "the checkout scan answered wrong types: " + "; ".join(problems))
     if changed:
         raise CheckoutError(_name_paths(f"the checkout differs from {pristine.commit[:12]} at",
                                         [f"{c.get('path')} ({c.get('change')})" for c in changed]), "infra")
@@ -115,7 +124,7 @@ async def secure(attempt: JobAttempt, *, pristine: Pristine, manifest: Manifest,
                  timeout: float) -> Integrity:
     """Before any probe: restore tracked files, quarantine shadows, find start-up hooks; record all."""
     scan = await scan_tree(attempt, manifest, import_dirs, timeout)
-    findings = judge_tree(scan, census, compiled)
+    findings = judge_tree(scan, census, compiled) + _malformed("tree", scan)
     findings = await _with_diffs(attempt, pristine, manifest, findings)
     caches = bytecode_paths(scan)
     if findings or caches:
@@ -126,10 +135,21 @@ async def secure(attempt: JobAttempt, *, pristine: Pristine, manifest: Manifest,
             findings.append(Finding("unrestorable", ".", "tier_failed", {"error": str(error)[:500]}))
     if python is not None:
         owned = [str(attempt.paths.workdir), str(getattr(attempt.sandbox, "home", "") or attempt.paths.workdir)]
-        findings += judge_hooks(await scan_hooks(attempt, python, timeout), since=checkout_epoch(attempt), owned=owned)
+        hooks = await scan_hooks(attempt, python, timeout)
+        findings += judge_hooks(hooks, since=checkout_epoch(attempt), owned=owned) + _malformed("hooks", hooks)
     integrity = Integrity(findings)
     _record(attempt, integrity, caches=len(caches))
     return integrity
+
+
+def _malformed(which: str, scan: dict[str, Any]) -> list[Finding]:
+    """A scan after the agent whose answer has entries of the wrong type (run where the agent worked,
+    it may be the agent's python3 that answered): what it hid cannot be restored or judged, so the
+    tiers it guards fail, never the engine."""
+    problems = scan_problems(scan)
+    if not problems:
+        return []
+    return [Finding("malformed_scan", f"({which} scan)", "tier_failed", {"problems": problems[:10]})]
 
 
 async def _with_diffs(attempt: JobAttempt, pristine: Pristine, manifest: Manifest,
