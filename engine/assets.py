@@ -373,7 +373,9 @@ def presence_script(cache: AssetCache, assets: Sequence[Asset], place_into: Path
     return "\n".join(lines) + "\n"
 
 
-def missing_indexes(output: str) -> list[int]:
-    """The indexes a `presence_script` printed as missing."""
-    return [int(line.split()[1]) for line in output.splitlines()
-            if line.startswith("missing ") and line.split()[1].isdigit()]
+def missing_indexes(output: str, count: int | None = None) -> list[int]:
+    """The indexes a `presence_script` printed as missing (below `count`, when given: the host's
+    output is read as it comes, never trusted to name an asset that was not asked about)."""
+    found = [int(line.split()[1]) for line in output.splitlines()
+             if line.startswith("missing ") and len(line.split()) > 1 and line.split()[1].isdecimal()]
+    return [index for index in found if count is None or index < count]

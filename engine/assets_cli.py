@@ -155,7 +155,7 @@ async def _remote_missing(connection: Any, cache: AssetCache, assets: list[Asset
     if result.returncode != 0:  # without its answer, nothing is known to be there
         raise SandboxError(f"checking the cache failed ({result.returncode}): "
                            f"{result.stderr.decode(errors='replace').strip()[-300:]}")
-    return missing_indexes(result.stdout.decode(errors="replace"))
+    return missing_indexes(result.stdout.decode(errors="replace"), len(assets))
 
 
 async def _push(host: Any, cache: AssetCache, asset: Asset) -> None:

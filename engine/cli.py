@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import __version__
-from .controls import ACTIONS
+from .controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
 from .display import NoDisplay, PlainDisplay
 from .cliload import load_for_cli
 from .paths import absolute, default_data_dir, default_db
@@ -364,6 +364,10 @@ def control(
         raise click.ClickException("retry needs a JOB")
     if tier and action != "retry":
         raise click.ClickException("--tier goes with retry")
+    if tier and job is not None and (never := _tier_never_ran(reader, run_row, job, tier)) is not None:
+        record_refused(_db(db_path), run_row["id"], action, never, job_id=job["id"], tier=tier)
+        click.echo(f"{action} job {job['key']} tier {tier}: rejected — {never}")
+        sys.exit(1)
     control_id = insert_control(_db(db_path), run_row["id"], action, job_id=job["id"] if job else None, tier=tier)
     target = f"job {job['key']}" if job else f"run {run_row['id']}"
     if tier:
@@ -382,6 +386,13 @@ def control(
             return
         time.sleep(0.1)
     console.print(f"{action} {target}: sent, not yet acknowledged")
+
+
+def _tier_never_ran(reader: StoreReader, run_row: dict[str, Any], job: dict[str, Any], tier: str) -> str | None:
+    """Refuse here a retry of a tier that never ran, once the job has finished (else the engine decides)."""
+    if tier not in run_tiers(run_row) or job["state"] in FINISHED:
+        return tier_never_ran(reader.rows, run_row, job, tier)
+    return None
 
 
 def _when(ts: float | None) -> str:

@@ -6,6 +6,10 @@ poll interval and acknowledges it with `applied` or `rejected` and a message say
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -15,6 +19,71 @@ TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
 RUN_ACTIONS = {"pause", "resume", "cancel"}
 JOB_ACTIONS = {"pause", "resume", "cancel", "retry"}
 ACTIONS = RUN_ACTIONS | JOB_ACTIONS
+FINISHED = ("done", "error", "cancelled")
+_ENDED = {"cancelled": "was cancelled", "error": "ended in an error", "done": "finished"}
+
+Rows = Callable[[str, tuple[Any, ...]], list[dict[str, Any]]]
+
+
+def run_tiers(run: Mapping[str, Any]) -> tuple[str, ...]:
+    """The tiers a run scores (runs from before `--tiers` score them all)."""
+    try:
+        options = json.loads(run.get("options_json") or "{}")
+    except ValueError:
+        options = {}
+    tiers = options.get("tiers", TIERS) if isinstance(options, dict) else TIERS
+    return tuple(tier for tier in TIERS if isinstance(tiers, (list, tuple)) and tier in tiers)
+
+
+def tier_never_ran(rows: Rows, run: Mapping[str, Any], job: Mapping[str, Any], tier: str) -> str | None:
+    """Why a retry of `tier` on a finished `job` is refused because that tier never ran, or None.
+
+    A tier retry judges the state the job's newest full attempt left, and its verdict replaces the
+    tier's: a tier the run does not score, or one that attempt never reached (cancelled or failed
+    before its probes), has no verdict to replace, and judging a state that was never judged would
+    add a job to the tier's denominator."""
+    scored = run_tiers(run)
+    if tier not in scored:
+        return (f"tier {tier} never ran: run {run['id']} scores {', '.join(scored) or 'no tier'}, "
+                "so there is nothing to retry")
+    kept = rows("SELECT id, number, state, category, reason, workdir FROM attempts WHERE job_id = ? AND scope = 'job'"
+                " ORDER BY number DESC LIMIT 1", (job["id"],))
+    if not kept:
+        return f"tier {tier} never ran: job {job['key']} has no attempt"
+    attempt = kept[0]
+    judged = rows(
+        "SELECT t.id FROM tier_results t JOIN attempts a ON a.id = t.attempt_id WHERE t.job_id = ? AND t.tier = ?"
+        " AND a.workdir = ? AND (t.scoring_id IS NULL OR t.scoring_id IN (SELECT id FROM scorings WHERE number = 0))"
+        " LIMIT 1", (job["id"], tier, attempt["workdir"]))
+    if judged:
+        return None
+    phases = rows("SELECT name FROM phases WHERE attempt_id = ? AND name != 'teardown' ORDER BY id DESC LIMIT 1",
+                  (attempt["id"],))
+    how = _ENDED.get(attempt["state"], f"ended {attempt['state']}")
+    if phases:
+        how += f" in its {phases[0]['name']} phase"
+    why = " ".join(str(attempt["reason"] or attempt["category"] or "").split())
+    if why:
+        how += f" ({why[:120]}{'…' if len(why) > 120 else ''})"
+    return (f"tier {tier} never ran on job {job['key']}: attempt {attempt['number']} {how} before judging it, "
+            "so there is nothing to retry")
+
+
+def record_refused(db: Path, run_id: str, action: str, message: str, *, job_id: int | None = None,
+                   tier: str | None = None, origin: str = "cli") -> int:
+    """A control refused before any engine saw it, kept in the store as `rejected` with its reason."""
+    from .store import open_for_writing
+
+    now = time.time()
+    conn = open_for_writing(db)
+    try:
+        with conn:
+            cursor = conn.execute(
+                "INSERT INTO controls (run_id, job_id, tier, action, created_at, origin, acked_at, ack, ack_message)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, 'rejected', ?)", (run_id, job_id, tier, action, now, origin, now, message))
+        return int(cursor.lastrowid)
+    finally:
+        conn.close()
 
 
 class ControlApplier:
@@ -112,10 +181,12 @@ class ControlApplier:
             return "rejected", f"unknown tier {tier!r}; choose from {', '.join(TIERS)}"
         if engine.cancelled:
             return "rejected", "the run is being cancelled"
-        if job["id"] in engine.running or job["state"] not in ("done", "error", "cancelled"):
+        if job["id"] in engine.running or job["state"] not in FINISHED:
             return "rejected", f"job {job['key']} is {job['state']}; retry a tier once the job has finished"
         if job["attempts"] == 0:
             return "rejected", f"job {job['key']} never ran: there is no post-agent state to probe"
+        if (never := tier_never_ran(engine._read, engine.run, job, tier)) is not None:
+            return "rejected", never
         engine.queue_tier_retry(job["id"], tier)
         return "applied", f"job {job['key']}: tier {tier} queued to re-run on the state attempt {job['attempts']} left"
 

@@ -329,9 +329,9 @@ def parse_probe_processes(text: str, host: str, gpu_of_uuid: dict[str, int], *, 
     lineage: dict[int, list[tuple[int, int]]] = {}
     for line in text.splitlines():
         parts = line.split("|", 2)
-        if len(parts) == 3 and parts[0] == "lineage" and parts[1].strip().isdigit():
+        if len(parts) == 3 and parts[0] == "lineage" and parts[1].strip().isdecimal():
             chain = [item.split(":") for item in parts[2].split()]
-            lineage[int(parts[1])] = [(int(a), int(b)) for a, b, *_ in chain if a.isdigit() and b.isdigit()]
+            lineage[int(parts[1])] = [(int(a), int(b)) for a, b, *_ in chain if a.isdecimal() and b.isdecimal()]
     found: dict[str, list[GpuProcess]] = {OURS: [], OTHER: [], UNSEEN: []}
     for row in rows:
         chain = lineage.get(row.pid, [])
@@ -371,7 +371,7 @@ class SmiWatch:
         by_index = {}
         for line in text.splitlines():
             index, _, uuid = (part.strip() for part in line.partition(","))
-            if index.isdigit() and uuid.startswith("GPU-"):
+            if index.isdecimal() and uuid.startswith("GPU-"):
                 by_index[int(index)] = uuid
         if result.returncode != 0 or not by_index:
             first = next((line for line in text.splitlines() if line.strip()), f"exit {result.returncode}")

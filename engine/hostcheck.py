@@ -88,15 +88,15 @@ def parse_facts(name: str, kind: str, text: str) -> HostFacts:
             facts.kernel = value or None
         elif key == "os":
             facts.os = value or None
-        elif key == "cpus" and value.isdigit():
+        elif key == "cpus" and value.isdecimal():
             facts.cpus = int(value)
-        elif key == "mem_kib" and value.isdigit():
+        elif key == "mem_kib" and value.isdecimal():
             facts.mem_gib = round(int(value) / 2**20, 1)
         elif key == "nvidia_smi":
             smi_present = bool(value)
         elif key == "gpu":
             parts = [part.strip() for part in value.split(",")]
-            if len(parts) >= 5 and parts[0].isdigit():
+            if len(parts) >= 5 and parts[0].isdecimal():
                 facts.gpus.append({"index": int(parts[0]), "uuid": parts[1], "name": parts[2],
                                    "memory_mib": _number(parts[3])})
                 facts.driver_version = parts[4]
@@ -113,7 +113,7 @@ def parse_facts(name: str, kind: str, text: str) -> HostFacts:
             facts.image = value if value.startswith("sha256:") else None
             if not facts.image:
                 facts.problems.append(f"docker image missing: {value[:200]}")
-        elif key == "disk_free_kib" and value.isdigit():
+        elif key == "disk_free_kib" and value.isdecimal():
             facts.disk_free_gib = round(int(value) / 2**20, 1)
         elif key.startswith("tool_"):
             facts.tools[key[5:]] = value or None

@@ -34,7 +34,7 @@ def detect_local_gpus() -> list[int]:
         ).stdout
     except (subprocess.SubprocessError, OSError):
         return []
-    return [int(line) for line in out.split() if line.strip().isdigit()]
+    return [int(line) for line in out.split() if line.strip().isdecimal()]
 
 
 @dataclass

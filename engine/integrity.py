@@ -16,7 +16,15 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..probes.census import Census
-from ..probes.integrity import Finding, Integrity, bytecode_paths, judge_hooks, judge_tree, unified_diff
+from ..probes.integrity import (
+    Finding,
+    Integrity,
+    bytecode_paths,
+    judge_hooks,
+    judge_tree,
+    scan_problems,
+    unified_diff,
+)
 from ..probes.kit import hookscan, script_source, treescan
 from ..probes.outcome import canary_problem, canary_source
 from .checkout import CheckoutError, Manifest, Pristine, blob_bytes
@@ -39,8 +47,10 @@ class ScanError(OSError):
     """A scan could not run or gave no answer: the host's fault, never the agent's."""
 
 
-async def _host_script(attempt: JobAttempt, script: str, args: list[str], timeout: float) -> dict[str, Any]:
-    """Run a kit script with the host's own python3 in the sandbox; its last line is the answer."""
+async def _host_script(attempt: JobAttempt, script: str, args: list[str], timeout: float) -> Any:
+    """Run a kit script with the host's own python3 in the sandbox; its last line is the answer: any
+    JSON value (in a container the python3 there is the agent's to replace; `scan_problems` types it).
+    No answer at all is the host's failure (`ScanError`)."""
     probe_dir = f"{attempt.paths.workdir}/{PROBE_DIR}"
     result = await attempt.run_command(
         "probes", ["sh", "-c", 'exec python3 -I -B "$@" "$HOME"', "sh", f"{probe_dir}/{script}", *args],
@@ -53,12 +63,10 @@ async def _host_script(attempt: JobAttempt, script: str, args: list[str], timeou
         answer = json.loads(lines[-1])
     except (IndexError, ValueError) as error:
         raise ScanError(f"{script} gave no readable answer: {error}") from error
-    if not isinstance(answer, dict):
-        raise ScanError(f"{script} answered {type(answer).__name__}, not an object")
     return answer
 
 
-async def scan_tree(attempt: JobAttempt, manifest: Manifest, dirs: list[str], timeout: float) -> dict[str, Any]:
+async def scan_tree(attempt: JobAttempt, manifest: Manifest, dirs: list[str], timeout: float) -> Any:
     """How the checkout differs from the pinned commit (``kit/treescan.py``)."""
     payload = {"files": manifest.to_json(), "import_dirs": dirs}
     if not is_remote(attempt.sandbox):
@@ -69,7 +77,7 @@ async def scan_tree(attempt: JobAttempt, manifest: Manifest, dirs: list[str], ti
                               [str(attempt.paths.repo), f"{attempt.paths.workdir}/{PROBE_DIR}/manifest.json"], timeout)
 
 
-async def scan_hooks(attempt: JobAttempt, python: str, timeout: float) -> dict[str, Any]:
+async def scan_hooks(attempt: JobAttempt, python: str, timeout: float) -> Any:
     """Start-up hooks in the reported interpreter's site directories (``kit/hookscan.py``)."""
     sandbox = attempt.sandbox
     if not is_remote(sandbox):
@@ -86,13 +94,15 @@ async def verify_checkout(attempt: JobAttempt, pristine: Pristine, manifest: Man
         raise CheckoutError(_name_paths(f"the source of {pristine.commit[:12]} lacks the objects of",
                                         manifest.missing_objects), "infra")
     scan = await scan_tree(attempt, manifest, [], timeout)
+    if problems := scan_problems(scan):  # before the agent: the host's fault
+        raise ScanError("the checkout scan answered wrong types: " + "; ".join(problems))
     changed = scan.get("changed")
     if not isinstance(changed, list):
         raise ScanError("the checkout scan gave no list of changes")
     if changed:
         raise CheckoutError(_name_paths(f"the checkout differs from {pristine.commit[:12]} at",
                                         [f"{c.get('path')} ({c.get('change')})" for c in changed]), "infra")
-    if isinstance(scan.get("now"), (int, float)):
+    if isinstance(scan.get("now"), (int, float)) and not isinstance(scan["now"], bool):
         (attempt.base / EPOCH_FILE).write_text(repr(float(scan["now"])))
 
 
@@ -115,7 +125,7 @@ async def secure(attempt: JobAttempt, *, pristine: Pristine, manifest: Manifest,
                  timeout: float) -> Integrity:
     """Before any probe: restore tracked files, quarantine shadows, find start-up hooks; record all."""
     scan = await scan_tree(attempt, manifest, import_dirs, timeout)
-    findings = judge_tree(scan, census, compiled)
+    findings = judge_tree(scan, census, compiled) + _malformed("tree", scan)
     findings = await _with_diffs(attempt, pristine, manifest, findings)
     caches = bytecode_paths(scan)
     if findings or caches:
@@ -126,10 +136,21 @@ async def secure(attempt: JobAttempt, *, pristine: Pristine, manifest: Manifest,
             findings.append(Finding("unrestorable", ".", "tier_failed", {"error": str(error)[:500]}))
     if python is not None:
         owned = [str(attempt.paths.workdir), str(getattr(attempt.sandbox, "home", "") or attempt.paths.workdir)]
-        findings += judge_hooks(await scan_hooks(attempt, python, timeout), since=checkout_epoch(attempt), owned=owned)
+        hooks = await scan_hooks(attempt, python, timeout)
+        findings += judge_hooks(hooks, since=checkout_epoch(attempt), owned=owned) + _malformed("hooks", hooks)
     integrity = Integrity(findings)
     _record(attempt, integrity, caches=len(caches))
     return integrity
+
+
+def _malformed(which: str, scan: Any) -> list[Finding]:
+    """A scan after the agent whose answer has entries of the wrong type (run where the agent worked,
+    it may be the agent's python3 that answered): what it hid cannot be restored or judged, so the
+    tiers it guards fail, never the engine."""
+    problems = scan_problems(scan)
+    if not problems:
+        return []
+    return [Finding("malformed_scan", f"({which} scan)", "tier_failed", {"problems": problems[:10]})]
 
 
 async def _with_diffs(attempt: JobAttempt, pristine: Pristine, manifest: Manifest,

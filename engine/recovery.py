@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .agents.transcript import unknown
 from .lifecycle import EventSink, log_kind
 from .sandbox.base import OutputLine
 from .sandbox.lines import LineSplitter
@@ -53,9 +54,23 @@ def replay_attempt_logs(
         for line in read_lines(path)[done:]:
             base = {"log": log_name, "stream": stream, "line_no": line.line_no, "replayed": True}
             if kind == "transcript" and adapter is not None:
-                for event in adapter.parse(line):
+                for event in _parsed(adapter, line):
                     sink.emit(kind, {**base, **event})
             else:
                 sink.emit(kind, {**base, "text": line.text, "nbytes": line.nbytes, "truncated": line.truncated})
             added += 1
     return added
+
+
+def _parsed(adapter: Any, line: OutputLine) -> list[dict[str, Any]]:
+    """The adapter's events for a replayed line; what the agent printed is hostile, so a parser that
+    raises, or answers with something other than a list of objects, keeps the line as `unknown`
+    (as the live session does) and the resume goes on."""
+    try:
+        events = adapter.parse(line)
+        if isinstance(events, list) and all(isinstance(event, dict) for event in events):
+            return events
+        problem = f"parser answered {type(events).__name__}"
+    except Exception as error:  # noqa: BLE001 - one bad line must not stop a resume
+        problem = f"parser error: {type(error).__name__}: {error}"
+    return [unknown(line.text, problem)]

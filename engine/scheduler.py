@@ -31,6 +31,7 @@ from .recovery import replay_attempt_logs
 from .runlock import EngineBusy, RunLock
 from .sandbox.process import kill_stale_group
 from .scorings import live_rescore
+from .secrets import scrub_attempt
 from .spec import Benchmark, benchmark_from_snapshot
 from .store import (StoreFailure, StoreWriter, connect, disk_failure, dumps, mark_interrupted, rollback_quietly,
                     store_failure)
@@ -47,6 +48,12 @@ class Display(Protocol):
     def job_finished(self, job: dict[str, Any], outcome: AttemptOutcome) -> None: ...
     def message(self, text: str) -> None: ...
     def finished(self, state: str) -> None: ...
+
+
+class SecretsMissing(EngineBusy):
+    """A declared secret of the run's agents cannot be loaded: the run is not resumed, nothing changes.
+
+    Without the value, the crashed attempts' raw logs could be neither scrubbed nor replayed redacted."""
 
 
 @dataclass(frozen=True)
@@ -183,6 +190,15 @@ class Engine:
         naming a local engine is a dead one's, even if its PID is a zombie's or was reused."""
         return run["engine_host"] != platform.node() and engine_alive(run)
 
+    def _refuse_without_secrets(self) -> None:
+        """Every secret the run's agents declare must load before anything is touched: the secrets
+        registry (filled as the adapters were built) is what scrubs and redacts the crashed attempts."""
+        problems = [f"agent {name!r}: {problem}" for name, adapter in self.ctx.agents.items()
+                    for problem in getattr(getattr(adapter, "secrets", None), "problems", ())]
+        if problems:
+            raise SecretsMissing(f"cannot resume run {self.run_id}: " + "; ".join(problems)
+                                 + " (set it and resume again; nothing was changed)")
+
     def _refuse_if_rescoring(self) -> None:
         """A run being rescored keeps its states as they are until the rescore ends."""
         conn = connect(self.db_path, readonly=True)
@@ -251,6 +267,7 @@ class Engine:
 
     async def _execute(self) -> str:
         self._load()
+        self._refuse_without_secrets()
         await self._claim()
         self.fleet = await start_fleet(self)  # issue 7: ssh hosts, host up/down, GPU telemetry
         await self._recover()
@@ -371,6 +388,13 @@ class Engine:
             job = self.jobs[attempt["job_id"]]
             sink = EventSink(self.writer, self.run_id, job["id"], attempt["id"], seqs.get(attempt["id"], 0))
             adapter = self.ctx.agents.get(job["agent"])
+            # Before anything reads what the attempt left (the replay below, any excerpt), its raw logs
+            # and the files it wrote lose every secret: the agent may have been killed mid-sentence.
+            since = attempt["started_at"] - 1 if attempt["started_at"] is not None else None
+            scrubbed = await asyncio.to_thread(scrub_attempt, Path(attempt["workdir"]).parent, since)
+            if scrubbed:
+                sink.emit("redacted", {"files": len(scrubbed), "paths": [str(p) for p in scrubbed[:20]],
+                                       "when": "resume"})
             replayed = replay_attempt_logs(Path(attempt["workdir"]).parent / "logs", attempt["id"],
                                            announced.get(attempt["id"], set()), logged, sink, adapter)
             sink.emit("interrupted", {"reason": "engine stopped while the attempt ran", "replayed_lines": replayed})
@@ -677,6 +701,8 @@ class Engine:
     async def _apply_controls(self) -> None:
         """Apply and acknowledge every control not yet acknowledged, oldest first."""
         rows = self._read("SELECT * FROM controls WHERE run_id = ? AND acked_at IS NULL ORDER BY id", (self.run_id,))
+        if rows:
+            await self.writer.flush()  # a control may read what the engine recorded (a tier retry: the verdicts)
         for control in rows:
             ack, message = self.controls.apply(control)
             self.writer.update("controls", control["id"], {"acked_at": time.time(), "ack": ack, "ack_message": message})

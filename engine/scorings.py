@@ -109,7 +109,7 @@ def resolve_scoring(scorings: list[Scoring], ref: str | int | None = "latest") -
     if text == ORIGINAL:
         return scorings[0]
     number = text.removeprefix("rescore").strip()
-    if number.isdigit():
+    if number.isdecimal():
         for scoring in scorings:
             if scoring.number == int(number):
                 return scoring

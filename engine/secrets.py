@@ -20,10 +20,16 @@ mangle ordinary text), and also catches a value's JSON-escaped and URL-quoted sp
   masked in place with a same-length mask so binaries stay valid (`scrub_tree`), right after the
   agent exits and before any probe reads the report.
 
-The only window: while an agent runs, its raw log file holds what it printed; an engine killed in
-that window leaves the file unredacted until the attempt's work dir is scrubbed by hand
-(`resenv`'s resume replays it into the store redacted). A sandbox-level streaming filter would close
-it (see `StreamRedactor`, ready for such a hook).
+* after a crash, on `resenv run --resume`: an engine killed while an agent ran leaves that attempt's
+  raw logs and work files as the agent wrote them, so before anything reads them (before their
+  lines are replayed into the store, before any excerpt) the resume rewrites every raw log of the
+  attempt and masks every file of its attempt dir changed since the attempt started
+  (`scrub_attempt`). A resume refuses to start when a declared secret cannot be loaded: without
+  its value nothing could be redacted.
+
+The window left: while an agent runs, its raw log file and its files hold what it wrote, until the
+agent exits or the next resume. A sandbox-level streaming filter would close it (see
+`StreamRedactor`, ready for such a hook).
 """
 
 from __future__ import annotations
@@ -372,6 +378,40 @@ def redact_files(*paths: Path) -> None:
             pass
 
 
+def scrub_attempt(attempt_dir: Path, since: float | None) -> list[Path]:
+    """Remove every registered secret from what a crashed attempt left under `attempt_dir`.
+
+    Its raw logs (``logs/``, text) are rewritten with ``[REDACTED:NAME]`` markers, line count kept;
+    every other regular file under the attempt dir (the work dir: report, transcripts, HOME, the env
+    it built) changed at or after `since` is masked in place, same length. The work is bounded by
+    what the attempt wrote: older files, symlinks and special files are never read. Returns the files
+    that held a secret (a no-op without registered secrets)."""
+    changed: list[Path] = []
+    if not _REGISTRY:
+        return changed
+    logs = Path(attempt_dir) / "logs"
+    if logs.is_dir():
+        for path in sorted(logs.iterdir()):
+            try:
+                if _is_regular(path.lstat().st_mode) and _REGISTRY.redact_file(path):
+                    changed.append(path)
+            except OSError:
+                continue
+    for entry in sorted(Path(attempt_dir).iterdir()) if Path(attempt_dir).is_dir() else []:
+        if entry.name == "logs" or entry.is_symlink():
+            continue
+        if entry.is_dir():
+            changed += _REGISTRY.scrub_tree(entry, since)
+        elif entry.is_file():
+            try:
+                st = entry.lstat()
+                if (since is None or max(st.st_ctime, st.st_mtime) >= since) and _REGISTRY.mask_file_in_place(entry):
+                    changed.append(entry)
+            except OSError:
+                continue
+    return changed
+
+
 def reset_registry() -> None:
     """Forget every registered secret (tests)."""
     global _REGISTRY
@@ -380,5 +420,5 @@ def reset_registry() -> None:
 
 __all__ = [
     "AgentSecrets", "MIN_SECRET_CHARS", "Redactor", "StreamRedactor", "load_secrets", "parse_env_file",
-    "redact_files", "redact_obj", "redact_text", "register", "registry", "reset_registry",
+    "redact_files", "redact_obj", "redact_text", "register", "registry", "reset_registry", "scrub_attempt",
 ]

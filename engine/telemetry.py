@@ -83,7 +83,7 @@ def parse_smi_line(line: str, host: str, ts: float | None = None) -> GpuSample |
     if len(parts) != 7:
         return None
     index, uuid = parts[0], parts[1]
-    if not index.isdigit() or uuid.upper().startswith("MIG-"):
+    if not index.isdecimal() or uuid.upper().startswith("MIG-"):
         return None  # a header ("index"), a MIG instance row, or garbage
     if not uuid.startswith("GPU-") and not _NOT_A_VALUE.match(uuid):
         return None
@@ -190,7 +190,7 @@ def parse_remote_processes(text: str, host: str, gpu_of_uuid: dict[str, int],
     found = []
     for line in text.splitlines():
         parts = line.split("|", 4)
-        if len(parts) != 5 or not parts[1].strip().isdigit() or parts[0].strip() not in gpu_of_uuid:
+        if len(parts) != 5 or not parts[1].strip().isdecimal() or parts[0].strip() not in gpu_of_uuid:
             continue
         uuid, pid, mem, container, cwd = (p.strip() for p in parts)
         job = processes.match([container] if container else [], None, cwd or None) if processes else None

@@ -385,11 +385,14 @@ class TierRunner:
         except FileNotFoundError:  # it exited 0 without running the recorder: not a Python
             return failed_mirror(dest, str(paths.repo), f"{self.state.python} ran without recording an import map")
         except SandboxError as error:
-            raise OSError(f"the host's import map is unreadable: {error}") from error
+            raise OSError(f"the host's import map could not be fetched: {error}") from error
         try:
             return await asyncio.to_thread(build_mirror, archive, dest)
-        except (ValueError, KeyError, tarfile.TarError) as error:
-            raise OSError(f"the host's import map is unreadable: {error}") from error
+        except (ValueError, KeyError, TypeError, EOFError, tarfile.TarError) as error:
+            # What the reported interpreter recorded is its answer: an unusable one fails C0 as an
+            # interpreter that cannot answer pyright would, never the engine.
+            return failed_mirror(dest, str(paths.repo), "the import map recorded with the reported interpreter is "
+                                 f"unusable: {type(error).__name__}: {error}")
 
     # -- C1 / C3 / C4: the repo's own entrypoints -------------------------------------------
     async def _tier_c1(self) -> TierResult:
@@ -499,7 +502,7 @@ class TierRunner:
         if not result.ok:
             raise OSError(f"placing assets into the checkout failed (exit {result.returncode}): "
                           + tail_text(result.stderr_path, limit=OUTPUT_TAIL).strip())
-        return [assets[index].label() for index in missing_indexes(tail_text(result.stdout_path))]
+        return [assets[index].label() for index in missing_indexes(tail_text(result.stdout_path), len(assets))]
 
     def _judge_exec(self, tier: str, argv: list[str], result: ExecResult, gpus: tuple[int, ...]) -> TierResult:
         evidence = {

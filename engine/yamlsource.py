@@ -9,6 +9,12 @@ The walk is also stricter than `safe_load`: a duplicate mapping key is an error 
 keeps the last one), and so are non-scalar keys and recursive aliases. Merge keys (``<<: *base``)
 are honoured; keys written next to the merge override the merged ones.
 
+A hostile file is bounded, each with one issue at the line and field where the bound is crossed:
+nesting deeper than `MAX_DEPTH` levels (in the text, or once aliases are expanded; PyYAML's
+composer is recursive and would die of a RecursionError), and more than `MAX_VALUES` values or
+`MAX_TEXT` characters of scalar text once aliases are expanded (a "billion laughs": ten anchors
+that each repeat the previous one ten times are 10^10 values from a few hundred bytes).
+
 This module also defines the error types shared by every layer that reports problems in a
 source file: `SpecIssue` (one problem, with file, line and data path) and `SpecError` (all of them).
 """
@@ -28,6 +34,13 @@ DataPath = tuple[Key, ...]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+MAX_DEPTH = 64
+"""Levels of nesting a document may have (the shipped catalog has 8)."""
+MAX_VALUES = 200_000
+"""Values a document may build, aliases expanded (the shipped catalog has under 1,000)."""
+MAX_TEXT = 64 << 20
+"""Characters of scalar text a document may build, aliases expanded."""
 
 
 # --------------------------------------------------------------------------- issues and errors
@@ -124,13 +137,19 @@ def load_yaml(text: str, file: str = "<string>") -> tuple[Any, Positions]:
     structural problems; all structural problems of the document are reported together.
     """
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_BoundedLoader)
     except yaml.MarkedYAMLError as exc:
         raise SpecError([_syntax_issue(exc, file)]) from None
     except yaml.YAMLError as exc:  # errors without a mark (rare: e.g. bad stream encoding)
         raise SpecError([SpecIssue(file, None, "", f"YAML error: {exc}")]) from None
+    except _TooDeep as exc:
+        raise SpecError([SpecIssue(file, exc.mark.line + 1, _shown_path(exc.path), _too_deep(),
+                                   column=exc.mark.column + 1)]) from None
     walker = _Walker(file)
-    data = walker.build(root, ()) if root is not None else None
+    try:
+        data = walker.build(root, ()) if root is not None else None
+    except _OverLimit as exc:
+        raise SpecError([exc.issue]) from None
     if walker.issues:
         raise SpecError(walker.issues)
     return data, walker.positions
@@ -164,6 +183,61 @@ def _line(node: yaml.Node) -> int:
     return node.start_mark.line + 1
 
 
+def _too_deep(aliases: bool = False) -> str:
+    how = " once its aliases are expanded" if aliases else ""
+    return f"nested deeper than {MAX_DEPTH} levels{how}; a benchmark needs far fewer"
+
+
+def _shown_path(path: Sequence[Key], most: int = 12) -> str:
+    """The data path, its first `most` parts only when it is deeper (so the issue stays one line)."""
+    if len(path) <= most:
+        return format_path(path)
+    return f"{format_path(path[:most])}…({len(path)} levels)"
+
+
+class _TooDeep(Exception):
+    """The composer reached `MAX_DEPTH`: where (the mark of the node it was about to build) and the
+    data path to it."""
+
+    def __init__(self, mark: yaml.Mark, path: DataPath) -> None:
+        super().__init__("too deep")
+        self.mark = mark
+        self.path = path
+
+
+class _OverLimit(Exception):
+    """The walk crossed a bound: `issue` says where; nothing more is built."""
+
+    def __init__(self, issue: SpecIssue) -> None:
+        super().__init__(str(issue))
+        self.issue = issue
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader whose (recursive) composer stops at `MAX_DEPTH`, before Python's recursion limit."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+        self._where: list[Key] = []
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        # a mapping's value comes with its key node, a sequence item with its position; a key or the
+        # document's root with None
+        step = index.value if isinstance(index, yaml.ScalarNode) else index
+        if index is not None:
+            self._where.append(step)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH + 1:  # the root is depth 1 and path ()
+                raise _TooDeep(self.peek_event().start_mark, tuple(self._where))
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+            if index is not None:
+                self._where.pop()
+
+
 class _Walker:
     """One pass over a composed node tree: builds data, records positions, collects issues."""
 
@@ -173,11 +247,25 @@ class _Walker:
         self.issues: list[SpecIssue] = []
         self._scalars = yaml.SafeLoader("")  # only used to construct scalar values by tag
         self._active: set[int] = set()  # ids of collection nodes being built (catches recursion)
+        self._values = 0  # values built so far, aliases expanded
+        self._text = 0  # characters of scalar text built so far, aliases expanded
 
     def issue(self, node: yaml.Node, path: DataPath, message: str) -> None:
         self.issues.append(SpecIssue(self.file, _line(node), format_path(path), message))
 
+    def over(self, node: yaml.Node, path: DataPath, message: str) -> _OverLimit:
+        return _OverLimit(SpecIssue(self.file, _line(node), _shown_path(path), message))
+
     def build(self, node: yaml.Node, path: DataPath) -> Any:
+        if len(path) > MAX_DEPTH:  # only aliases can get here: the composer bounds the text
+            raise self.over(node, path, _too_deep(aliases=True))
+        self._values += 1
+        if isinstance(node, yaml.ScalarNode):
+            self._text += len(node.value)
+        if self._values > MAX_VALUES or self._text > MAX_TEXT:
+            what = f"{MAX_VALUES} values" if self._values > MAX_VALUES else f"{MAX_TEXT >> 20} MiB of text"
+            raise self.over(node, path, f"the document expands to more than {what} once its aliases are "
+                                        "expanded (anchors repeating each other multiply: a YAML bomb?)")
         self.positions.values.setdefault(path, _line(node))
         if isinstance(node, yaml.ScalarNode):
             return self.scalar(node, path)

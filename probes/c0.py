@@ -412,6 +412,8 @@ async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path,
                            pyright_s=pyright_s)
         try:
             report = json.loads(out)
+            if not isinstance(report, dict):
+                raise TypeError(f"pyright printed {type(report).__name__}, not an object")
             diagnostics = report["generalDiagnostics"]
             if not isinstance(diagnostics, list):
                 raise TypeError("generalDiagnostics is not a list")
@@ -434,6 +436,9 @@ async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path,
         missing_source: set[str] = set()
         ignored = 0
         for diagnostic in diagnostics:
+            if not isinstance(diagnostic, dict):
+                ignored += 1
+                continue
             rule = diagnostic.get("rule")
             if rule not in ("reportMissingImports", "reportMissingModuleSource"):
                 continue
@@ -448,7 +453,7 @@ async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path,
                 ignored += 1
                 continue
             (missing if rule == "reportMissingImports" else missing_source).add(top)
-        summary = report.get("summary", {})
+        summary = report.get("summary") if isinstance(report.get("summary"), dict) else {}
         notes.append(f"pyright {version}: exit {code}, {summary.get('filesAnalyzed', '?')} files analyzed in "
                      f"{summary.get('timeInSec', '?')}s; missing: {', '.join(sorted(missing)) or 'none'}; "
                      f"missing source (not counted): {', '.join(sorted(missing_source)) or 'none'}; "

@@ -43,7 +43,7 @@ class Finding:
     """One change the judge does not score on: ``kind`` says what, ``action`` what was done."""
 
     kind: str  # tracked_modified | tracked_missing | tracked_replaced | tracked_mode | shadow | startup_hook
-    #            | unrestorable (the tree could not be put back)
+    #            | unrestorable (the tree could not be put back) | malformed_scan (a scan answered wrong types)
     path: str
     action: str  # restored | quarantined | tier_failed
     detail: dict[str, Any] = field(default_factory=dict)
@@ -134,28 +134,61 @@ def _is_build_output(entry: Mapping[str, Any], compiled: set[str]) -> bool:
     return entry.get("kind") == "module" and name.endswith(COMPILED_SUFFIXES) and module_name(name, "module") in compiled
 
 
+SCAN_LISTS = ("changed", "untracked", "bytecode", "hooks")
+"""The lists a scan answers with; every entry is an object with a string ``path``."""
+
+
+def scan_problems(scan: Any) -> list[str]:
+    """What in a scan's answer has the wrong type (a scan run on the job's host, or in its container
+    with the python3 there, answers with whatever that program prints). The judges below skip such
+    entries; the caller decides what a malformed answer means."""
+    if not isinstance(scan, Mapping):
+        return [f"the scan answered {type(scan).__name__}, not an object"]
+    problems = []
+    for key in SCAN_LISTS:
+        value = scan.get(key, [])
+        if not isinstance(value, list):
+            problems.append(f"{key}: expected a list, got {type(value).__name__}")
+            continue
+        bad = sum(1 for entry in value if not _entry_ok(entry))
+        if bad:
+            problems.append(f"{key}: {bad} entr{'y' if bad == 1 else 'ies'} not an object with a string path")
+    return problems
+
+
+def _entry_ok(entry: Any) -> bool:
+    return isinstance(entry, Mapping) and isinstance(entry.get("path"), str)
+
+
+def _entries(scan: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    value = scan.get(key, []) if isinstance(scan, Mapping) else []
+    return [entry for entry in value if _entry_ok(entry)] if isinstance(value, list) else []
+
+
 def judge_tree(scan: Mapping[str, Any], census: Census, compiled_modules: Iterable[str] = ()) -> list[Finding]:
-    """Findings from a tree scan: tracked changes to restore, shadowing entries to quarantine."""
+    """Findings from a tree scan: tracked changes to restore, shadowing entries to quarantine.
+    Entries of the wrong type are skipped (see `scan_problems`)."""
     compiled = {name.rsplit(".", 1)[-1] for name in compiled_modules}
     imported = {module.name for module in census.modules}
     findings: list[Finding] = []
-    for change in scan.get("changed", []):
+    for change in _entries(scan, "changed"):
         kind = {"missing": "tracked_missing", "replaced": "tracked_replaced",
-                "mode": "tracked_mode"}.get(change.get("change"), "tracked_modified")
+                "mode": "tracked_mode"}.get(str(change.get("change")), "tracked_modified")
         detail = {key: value for key, value in change.items() if key not in ("path",)}
-        findings.append(Finding(kind, str(change["path"]), "restored", detail))
-    for entry in scan.get("untracked", []):
-        name = module_name(str(entry["path"]), entry.get("kind"))
+        findings.append(Finding(kind, change["path"], "restored", detail))
+    for entry in _entries(scan, "untracked"):
+        entry_kind = entry.get("kind") if isinstance(entry.get("kind"), str) else None
+        name = module_name(entry["path"], entry_kind)
         if name is not None and name in imported and not _is_build_output(entry, compiled):
-            findings.append(Finding("shadow", str(entry["path"]), "quarantined", {
-                "module": name, "entry": entry.get("kind"), "census_kind": census.kind_of(name)}))
+            findings.append(Finding("shadow", entry["path"], "quarantined", {
+                "module": name, "entry": entry_kind, "census_kind": census.kind_of(name)}))
     return findings
 
 
 def bytecode_paths(scan: Mapping[str, Any]) -> list[str]:
     """Bytecode caches to move out before the probes: housekeeping, not a finding (running the repo's
     code leaves them in every honest checkout), but a planted one would replace a restored source."""
-    return [str(entry["path"]) for entry in scan.get("bytecode", []) if isinstance(entry, Mapping)]
+    return [entry["path"] for entry in _entries(scan, "bytecode")]
 
 
 def judge_hooks(scan: Mapping[str, Any], *, since: float | None, owned: Iterable[str] = ()) -> list[Finding]:
@@ -167,10 +200,11 @@ def judge_hooks(scan: Mapping[str, Any], *, since: float | None, owned: Iterable
     are the host's business and are left alone."""
     roots = [root.rstrip("/") + "/" for root in owned]
     findings = []
-    for hook in scan.get("hooks", []):
-        path, changed = str(hook.get("path")), hook.get("ctime")
+    for hook in _entries(scan, "hooks"):
+        path, changed = hook["path"], hook.get("ctime")
         mine = any(path.startswith(root) for root in roots)
-        written = isinstance(changed, (int, float)) and since is not None and changed >= since - 1
+        written = (isinstance(changed, (int, float)) and not isinstance(changed, bool) and since is not None
+                   and changed >= since - 1)
         if mine or written:
             findings.append(Finding("startup_hook", path, "tier_failed",
                                     {key: value for key, value in hook.items() if key != "path"}))

@@ -20,6 +20,7 @@ import shutil
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MAP_MEMBER = "importmap.json"
 ROOT_MEMBER = "root"
@@ -75,11 +76,32 @@ def failed_mirror(dest: Path, repo: str, error: str) -> Mirror:
     return Mirror(python=python, repo=under(dest / ROOT_MEMBER, repo))
 
 
+def facts_problem(facts: Any) -> str | None:
+    """Why the recorded facts are unusable (each must have the type importmap.py writes), or None.
+    They are the reported interpreter's answer, so any JSON may come back."""
+    if not isinstance(facts, dict):
+        return f"its facts are not a JSON object (got {type(facts).__name__})"
+    wanted = {"version": str, "version_info": list, "path": list, "prefix": str, "repo": str}
+    for key, kind in wanted.items():
+        if not isinstance(facts.get(key), kind):
+            return f"its facts' {key} is not a {'list' if kind is list else 'string'}"
+    if not all(isinstance(path, str) for path in facts["path"]):
+        return "its facts' path holds something that is not a string"
+    if not all(isinstance(part, (int, str)) and not isinstance(part, bool) for part in facts["version_info"]):
+        return "its facts' version_info holds something that is not a number or a string"
+    if not (facts.get("entries") is None or (isinstance(facts["entries"], int) and not isinstance(facts["entries"], bool))):
+        return "its facts' entries is not a number"
+    if not isinstance(facts.get("truncated", False), bool):
+        return "its facts' truncated is not true or false"
+    return None
+
+
 def build_mirror(archive: bytes, dest: Path) -> Mirror:
     """Unpack a recorded import map under `dest` (replacing what was there) and write its replay
     interpreter. The archive comes from the agent's environment, so it is untrusted: members are
     extracted with tarfile's ``data`` filter (no absolute paths, no links leaving `dest`, no
-    devices), and a map without its facts is refused with ValueError."""
+    devices), and a map without its facts, or with facts of the wrong types, is refused with
+    ValueError."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
@@ -89,17 +111,16 @@ def build_mirror(archive: bytes, dest: Path) -> Mirror:
         if extracted is None:
             raise ValueError("the import map has no facts")
         facts = json.loads(extracted.read())
+        if (problem := facts_problem(facts)) is not None:
+            raise ValueError(f"the import map is malformed: {problem}")
         tar.extractall(dest, members=[m for m in tar.getmembers() if m.name.startswith(ROOT_MEMBER + "/")],
                        filter="data")
     root = dest / ROOT_MEMBER
     root.mkdir(exist_ok=True)
     paths, prefix, repo = facts["path"], facts["prefix"], facts["repo"]
-    if not (isinstance(paths, list) and all(isinstance(p, str) for p in paths) and isinstance(prefix, str)
-            and isinstance(repo, str)):
-        raise ValueError("the import map's facts are malformed")
     answers = dest / "answers"
     answers.mkdir()
-    (answers / "version.txt").write_text(str(facts["version"]) + "\n")
+    (answers / "version.txt").write_text(facts["version"] + "\n")
     (answers / "version_info.json").write_text(json.dumps(facts["version_info"]))
     (answers / "search_paths.json").write_text(json.dumps({
         "path": [str(under(root, p)) for p in paths], "prefix": str(under(root, prefix))}))

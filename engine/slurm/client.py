@@ -169,14 +169,28 @@ def parse_squeue(text: str) -> dict[str, JobInfo]:
 def parse_squeue_json(text: str) -> dict[str, JobInfo]:
     """``squeue --json`` of any version since 21.08 (states as a string or a list, exit codes raw or objects)."""
     data = json.loads(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"squeue --json printed {type(data).__name__}, not an object")
+    listed = data.get("jobs", [])
     jobs: dict[str, JobInfo] = {}
-    for job in data.get("jobs", []):
+    for job in listed if isinstance(listed, list) else []:
+        if not isinstance(job, dict) or job.get("job_id") in (None, ""):
+            continue  # the controller's answer is read as it comes: an entry of the wrong shape is no job
         job_id = str(job.get("job_id"))
-        reason = job.get("state_reason") or ""
-        jobs[job_id] = JobInfo(job_id, base_state(job.get("job_state")), "" if reason == "None" else reason,
-                               decode_exit(job.get("exit_code")), job.get("nodes") or "", job.get("name") or "",
-                               job.get("comment") or "", raw=job)
+        state = job.get("job_state")
+        if isinstance(state, list):
+            state = [part for part in state if isinstance(part, str)]
+        elif not isinstance(state, str):
+            state = None
+        reason = _text(job.get("state_reason"))
+        jobs[job_id] = JobInfo(job_id, base_state(state), "" if reason == "None" else reason,
+                               decode_exit(job.get("exit_code")), _text(job.get("nodes")), _text(job.get("name")),
+                               _text(job.get("comment")), raw=job)
     return jobs
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
 
 
 def parse_key_values(line: str) -> dict[str, str]:
@@ -330,7 +344,7 @@ def gres_count(gres: str, name: str = "gpu") -> int:
         if parts[0] != name:
             continue
         tail = parts[-1]
-        if tail.isdigit():
+        if tail.isdecimal():
             total += int(tail)
         elif len(parts) == 1:
             total += 1

@@ -60,7 +60,7 @@ def _usable(state: str) -> bool:
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value and value.isdigit() else None
+    return int(value) if value and value.isdecimal() else None
 
 
 def expand_nodelist(text: str) -> list[str]:
