@@ -9,7 +9,8 @@ tool) rather than in namespaces made by hand:
   (so an agent may build on it), a private ``/proc``, ``/dev`` (with the NVIDIA device nodes),
   ``/tmp`` and ``/dev/shm``, and the job's work dir read-write. Paths the engine hands a command in its
   environment (a pip config, a wheel folder, a certificate bundle) are bound read-only, package caches
-  (``*_CACHE_DIR``) read-write; the host's ``expose:`` list adds read-only paths. Nothing else: not
+  (``*_CACHE_DIR``) read-write (a root engine swaps a cache its sandbox uid does not own for resenv's
+  own, ``<resenv home>/sandbox-cache/``); the host's ``expose:`` list adds read-only paths. Nothing else: not
   the store, not the data dir with the pristine copies and the other jobs, not the engine's home.
 * **Who.** When the engine is root, the command runs as an unprivileged uid (``nobody`` by default)
   with no capabilities and ``no_new_privs``, so setuid programs cannot give root back. Otherwise a user
@@ -30,6 +31,8 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..paths import default_home
 
 SYSTEM_DIRS = ("usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
 """Top-level directories of the host seen read-only (a merged-/usr link stays a link)."""
@@ -98,11 +101,21 @@ class Isolation:
                     "--no-new-privs", "--inh-caps=-all", "--bounding-set=-all", "--"]
         return out + argv
 
-    def prepare_cache(self, path: Path) -> None:
-        """A shared package cache the sandbox's uid can write."""
-        path.mkdir(parents=True, exist_ok=True)
-        if (owner := self.owner()) is not None and path.stat().st_uid != owner[0]:
-            chown_tree(path, owner)
+    def cache_for(self, key: str, path: Path) -> Path:
+        """The package cache a ``*_CACHE_DIR`` variable names, as the sandbox's uid can write it.
+
+        A root engine never changes the owner of a cache it was handed (the engine user's own
+        ``~/.cache/pip`` stays theirs): one the uid does not own is replaced by resenv's shared
+        sandbox cache of that tool."""
+        owner = self.owner()
+        if owner is None or (path.is_dir() and path.stat().st_uid == owner[0]):
+            path.mkdir(parents=True, exist_ok=True)
+            return path
+        private = default_home() / "sandbox-cache" / key.removesuffix("_CACHE_DIR").lower()
+        private.mkdir(parents=True, exist_ok=True)
+        if private.stat().st_uid != owner[0]:
+            chown_tree(private, owner)
+        return private
 
 
 def python_installation() -> list[Path]:

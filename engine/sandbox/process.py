@@ -279,7 +279,7 @@ class ProcessSandbox:
         run_cwd = self._exec_cwd(cwd)
         child_env = self.child_env(env)
         if self.isolation is not None:
-            args = self._isolated_args(args, run_cwd, child_env)
+            args, child_env = self._isolated_args(args, run_cwd, child_env)
         stdout_path, stderr_path = log_paths(log_prefix)
         timer = ExecTimer(self._clock, timeout_name, stdout_path, stderr_path)
 
@@ -343,16 +343,17 @@ class ProcessSandbox:
                 self._runs.discard(run)
                 run.done.set()
 
-    def _isolated_args(self, args: list[str], cwd: Path, env: Mapping[str, str]) -> list[str]:
-        """The command wrapped in its namespace; package caches made writable for its uid first."""
+    def _isolated_args(self, args: list[str], cwd: Path, env: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+        """The command wrapped in its namespace, and its environment with caches its uid can write."""
         assert self.isolation is not None
         if shutil.which(self.isolation.bwrap) is None:
             raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap), "
                                "or choose `sandbox: unsafe-process` for this host")
+        env = dict(env)
         for key, value in env.items():
             if key.endswith("_CACHE_DIR") and value.startswith("/"):
-                self.isolation.prepare_cache(Path(value))
-        return self.isolation.argv(args, workdir=self.workdir, cwd=cwd, env=env, read_only=self._staged)
+                env[key] = str(self.isolation.cache_for(key, Path(value)))
+        return self.isolation.argv(args, workdir=self.workdir, cwd=cwd, env=env, read_only=self._staged), env
 
     @staticmethod
     def _spawn_failure_code(exc: OSError) -> int:
