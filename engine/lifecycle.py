@@ -21,6 +21,7 @@ from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv, sub
 from .hosts import Lease
 from .integrity import verify_checkout
 from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError, is_remote
+from .sandbox.isolation import path_exists
 from .secrets import redact_files, redact_obj  # issue 6: secrets never reach the store
 from .store import StoreWriter, disk_failure
 from .tiers import PROBE_TIERS, TierRunner, tail_text
@@ -408,7 +409,7 @@ def command_files(argv: list[str], workdir: Path) -> list[Path]:
     out: list[Path] = []
     for word in words:
         path = Path(word)
-        if path.is_absolute() and path.exists() and path != workdir and workdir not in path.parents \
+        if path.is_absolute() and path_exists(path) and path != workdir and workdir not in path.parents \
                 and path not in workdir.parents and path != Path("/") and path not in out:
             out.append(path)
     return out

@@ -85,7 +85,7 @@ class Isolation:
         writable, readable = env_paths(env, workdir)
         ro: list[Path] = []
         for path in [*python_installation(), *map(Path, self.expose), *readable, *read_only]:
-            if _outside_system(path) and path not in ro and path.exists():
+            if _outside_system(path) and path not in ro and path_exists(path):
                 ro.append(path)
         # A path inside another bound one is seen already (and a mount point cannot be made in it).
         ro = [path for path in ro if not any(other in path.parents for other in ro)]
@@ -138,9 +138,17 @@ def env_paths(env: Mapping[str, str], workdir: Path) -> tuple[list[Path], list[P
                 continue  # the work dir is bound anyway; a folder above it would show other jobs
             if key.endswith("_CACHE_DIR"):
                 writable.append(path)
-            elif path.exists():
+            elif path_exists(path):
                 readable.append(path)
     return writable, readable
+
+
+def path_exists(path: Path) -> bool:
+    """Whether a path exists; a word too long to be a file name (a ``python -c`` program) is none."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
 
 
 def _traversable_parents(targets: list[Path]) -> list[str]:

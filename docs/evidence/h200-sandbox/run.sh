@@ -34,6 +34,12 @@ CHECKS = {
                       "import torch; x = torch.ones(1024, 1024, device='cuda'); print(torch.cuda.get_device_name(0), float((x @ x).sum()))"],
     "setsid child": ["sh", "-c", "setsid sh -c 'sleep 300' </dev/null >/dev/null 2>&1 & echo left $!"],
 }
+def _cmdline(pid):
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
 async def main():
     work = Path(tempfile.mkdtemp()) / "work"
     box = ProcessSandbox(work, isolation=Isolation())
@@ -43,6 +49,7 @@ async def main():
         print(f"-- {name}: exit {result.returncode}")
         print(result.stdout_path.read_text().rstrip())
         print(result.stderr_path.read_text().rstrip())
-    os.system("echo '-- after the sandbox: sleep 300 processes left:'; pgrep -fc 'sleep 300' || true")
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline(pid) == b"sleep\0300\0"]
+    print("-- after the sandbox, `sleep 300` processes left:", len(left))
 asyncio.run(main())
 PY

@@ -1,0 +1,43 @@
+"""What the bubblewrap command line binds: the work dir, declared paths, and nothing above the work dir."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from resenv.engine.lifecycle import command_files
+from resenv.engine.sandbox.isolation import Isolation, env_paths
+
+
+def binds(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, word in enumerate(argv) if word == flag]
+
+
+def test_the_work_dir_is_bound_read_write_and_a_folder_above_it_never(tmp_path: Path) -> None:
+    work = tmp_path / "data" / "run" / "jobs" / "j" / "work"
+    work.mkdir(parents=True)
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    env = {"PIP_FIND_LINKS": str(wheels), "LEAK": str(tmp_path / "data"), "HOME": str(work / "home"),
+           "PATH": "/usr/bin:/bin"}
+    argv = Isolation(network="none").argv(["true"], workdir=work, cwd=work, env=env)
+    assert str(work) in binds(argv, "--bind")
+    assert str(wheels) in binds(argv, "--ro-bind")
+    assert str(tmp_path / "data") not in binds(argv, "--ro-bind") + binds(argv, "--bind")
+    assert "--unshare-net" in argv and "--unshare-pid" in argv and "--die-with-parent" in argv
+    assert argv[-1] == "true"
+
+
+def test_cache_variables_are_writable_and_other_paths_read_only(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    writable, readable = env_paths({"PIP_CACHE_DIR": str(tmp_path / "pip"), "SSL_CERT_FILE": "/etc/ssl/x",
+                                    "CODE": "x" * 5000, "REL": "relative/path"}, work)
+    assert writable == [tmp_path / "pip"]
+    assert all(str(path).startswith("/etc") for path in readable)
+
+
+def test_a_configured_command_shows_its_own_files_and_survives_long_words(tmp_path: Path) -> None:
+    script = tmp_path / "agent.py"
+    script.write_text("")
+    work = tmp_path / "work"
+    found = command_files(["sh", "-c", f"python3 -c \"{'x' * 600}\" {script} {work}/repo db={tmp_path}"], work)
+    assert found == [script]
