@@ -3,6 +3,12 @@
 One writer task owns the write connection and applies queued writes in batched transactions (so
 50,000 events/s cost a few commits, not 50,000); readers open read-only connections and tail
 `events` by id. WAL mode lets readers run while the writer commits.
+
+The queue never blocks its callers (they run in the event loop, many in output callbacks). It is
+bounded by what is put into it: the JSON of queued events is counted (`StoreWriter.backlog_bytes`),
+and while it is over `MAX_BACKLOG_BYTES` the writer is `busy`, which the producers of command output
+lines read to hold lines back or leave them to the raw log (engine/output.py says why that and not a
+paused pump). Every other write (state, controls, counters) is always queued.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from .schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000
 MAX_BATCH = 10_000
+MAX_BACKLOG_BYTES = 32 * 2**20  # queued event JSON over this: the writer is busy
 
 
 class StoreError(Exception):
@@ -117,6 +124,8 @@ class StoreWriter:
     task: asyncio.Task | None = field(init=False, default=None)
     events_written: int = field(init=False, default=0)
     transactions: int = field(init=False, default=0)
+    backlog_bytes: int = field(init=False, default=0)  # JSON of the events queued and not yet committed
+    max_backlog_bytes: int = MAX_BACKLOG_BYTES
 
     def __post_init__(self) -> None:
         self.conn = open_for_writing(self.path)
@@ -125,14 +134,22 @@ class StoreWriter:
     def start(self) -> None:
         self.task = asyncio.create_task(self._loop(), name="store-writer")
 
+    @property
+    def busy(self) -> bool:
+        """The writer is behind: more than `max_backlog_bytes` of events wait to be committed."""
+        return self.backlog_bytes > self.max_backlog_bytes
+
     # -- enqueueing ---------------------------------------------------------------------------
     def event(
         self, run_id: str, kind: str, data: dict[str, Any], *, job_id: int | None = None,
         attempt_id: int | None = None, seq: int | None = None, ts: float | None = None,
-    ) -> None:
-        """Queue one event; never blocks and never awaits (called from output callbacks)."""
+    ) -> int:
+        """Queue one event; never blocks and never awaits (called from output callbacks). Returns
+        the length of its JSON, which is what it adds to the backlog."""
         payload = _encode(data)
         self.queue.put_nowait((run_id, job_id, attempt_id, seq, ts or time.time(), kind, payload))
+        self.backlog_bytes += len(payload)
+        return len(payload)
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
         """Queue a write whose result nobody waits for (state updates, heartbeats)."""
@@ -179,7 +196,10 @@ class StoreWriter:
                     batch.append(self.queue.get_nowait())
                 except asyncio.QueueEmpty:
                     break
-            results = await asyncio.to_thread(self._apply, batch)
+            try:
+                results = await asyncio.to_thread(self._apply, batch)
+            finally:
+                self.backlog_bytes -= sum(len(item[6]) for item in batch if isinstance(item, tuple))
             for item, result in zip(batch, results):
                 future = getattr(item, "future", None)
                 if future is not None and not future.done():
