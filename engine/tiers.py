@@ -49,7 +49,7 @@ GPUS_FOR = {"C2": 1, "C3": 1, "C4": 2}
 OUTPUT_TAIL = 4000
 CLASSIFY_BYTES = 256 * 1024
 PROBE_DIR = ".resenv-probes"
-IMPORT_MAP_BYTES = 512 * 2**20
+IMPORT_MAP_BYTES = 128 * 2**20  # the compressed import map, read into memory (probes/mirror.py caps its expansion)
 
 
 @dataclass
