@@ -25,6 +25,7 @@ from .controls import ControlApplier
 from .fleet import start_fleet, stop_fleet  # issue 7
 from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
+from .output import ROW_OVERHEAD, OutputBudget, limits_of
 from .recovery import replay_attempt_logs
 from .sandbox.process import kill_stale_group
 from .scorings import live_rescore
@@ -228,6 +229,9 @@ class Engine:
                 "SELECT attempt_id, json_extract(data, '$.log'), json_extract(data, '$.stream'),"
                 " MAX(json_extract(data, '$.line_no')) FROM events WHERE run_id = ? AND kind IN ('output', 'transcript')"
                 " GROUP BY 1, 2, 3", (self.run_id,))}
+            spent = {row[0]: row[1] or 0 for row in conn.execute(  # of each attempt's output budget
+                "SELECT attempt_id, SUM(length(data)) + COUNT(*) * ? FROM events WHERE run_id = ?"
+                " AND kind IN ('output', 'transcript') GROUP BY attempt_id", (ROW_OVERHEAD, self.run_id))}
         finally:
             conn.close()
         now = time.time()
@@ -240,8 +244,10 @@ class Engine:
             job = self.jobs[attempt["job_id"]]
             sink = EventSink(self.writer, self.run_id, job["id"], attempt["id"], seqs.get(attempt["id"], 0))
             adapter = self.ctx.agents.get(job["agent"])
+            head, tail = limits_of(self.bench)
+            budget = OutputBudget(sink, head - spent.get(attempt["id"], 0), tail)
             replayed = replay_attempt_logs(Path(attempt["workdir"]).parent / "logs", attempt["id"],
-                                           announced.get(attempt["id"], set()), logged, sink, adapter)
+                                           announced.get(attempt["id"], set()), logged, sink, adapter, budget)
             sink.emit("interrupted", {"reason": "engine stopped while the attempt ran", "replayed_lines": replayed})
             self.writer.update("attempts", attempt["id"], {
                 "state": "error", "category": "infra", "reason": "interrupted: engine stopped", "finished_at": now,

@@ -85,6 +85,7 @@ class AgentSession:
         self._pending_flush: asyncio.TimerHandle | None = None
         self._watcher: asyncio.Task | None = None
         self._warned: set[str] = set()
+        self._full_lines = bool(getattr(adapter, "full_lines", True))  # False: the cut text is all it reads
 
     # -- before ---------------------------------------------------------------------------------
     async def prepare(self) -> AgentCommand | None:
@@ -182,7 +183,7 @@ class AgentSession:
     def parse(self, line: OutputLine) -> list[dict[str, Any]]:
         """The exec's on_line parser: never raises (a raising on_line would kill the agent)."""
         try:
-            if line.stream == "stdout":
+            if line.stream == "stdout" and self._full_lines:
                 line = self._full_line(line)
             events = self.adapter.parse(line)
         except Exception as error:
