@@ -140,11 +140,12 @@ class CommandOutput:
             self.budget.emit(self.kind, {**base, **_capped(event)}, head)
 
     def cost(self, line: OutputLine, events: list[dict[str, Any]] | None) -> int:
-        """What storing the line would cost (its events' JSON, as the store will encode them)."""
+        """What storing the line would cost: its events' JSON as the store will encode it (counted
+        without encoding where that is exact: this runs for every line of a flood)."""
         fixed = len(self.log) + 64 + ROW_OVERHEAD
         if events is None:
-            return fixed + len(dumps(line.text))
-        return sum(fixed + len(dumps(event)) for event in events)
+            return fixed + _json_size(line.text)
+        return sum(fixed + _json_size(event) for event in events)
 
 
 class _StreamGate:
@@ -210,6 +211,23 @@ class _StreamGate:
             line, events, _ = self.ring.popleft()
             self.owner.store(line, events, head=False)
         self.ring_bytes = 0
+
+
+def _json_size(value: Any) -> int:
+    """len(dumps(value)) for the flat values events are made of, computed without encoding; anything
+    else (nested values, strings with characters JSON escapes) is encoded."""
+    if isinstance(value, str):
+        return len(value) + 2 if value.isprintable() and '"' not in value and "\\" not in value else len(dumps(value))
+    if isinstance(value, dict):
+        size = 2 + 2 * len(value) - (1 if value else 0)  # braces, colons and commas
+        for key, item in value.items():
+            size += _json_size(key) + _json_size(item)
+        return size
+    if value is None or isinstance(value, bool):
+        return 4 if value is not False else 5
+    if isinstance(value, int):
+        return len(str(value))
+    return len(dumps(value))
 
 
 def _capped(event: dict[str, Any]) -> dict[str, Any]:

@@ -232,3 +232,12 @@ def test_store_events_keep_their_json_shape() -> None:
     gate.finish()
     assert json.loads(dumps(sink.lines()[0])) == {"log": "agent", "stream": "stdout", "line_no": 1, "replayed": True,
                                                    "type": "message", "text": "hi"}
+
+
+def test_the_cost_of_a_held_back_line_is_its_json_size() -> None:
+    from resenv.engine.output import _json_size
+
+    for value in ["x", "", 'a"b', "a\\b", "tab\there", "\x00\x01", "ünïcödé", "日本", "\u2028", "\ud800", 10**30,
+                  {"type": "output", "stream": "stdout", "text": "x"}, {}, {"a": {}},
+                  {"a": None, "b": True, "c": False, "d": 12, "e": -3, "f": 1.5, "g": [1, 2, {"h": "i"}]}]:
+        assert _json_size(value) == len(dumps(value)), value
