@@ -18,7 +18,8 @@ Lines become events in the store only as far as the attempt's **output budget** 
 An agent's transcript is parsed line by line whatever the budget (usage, tokens, cost, token and
 dollar budgets and completion come from every line, see ``agents/session.py``): the budget limits
 what is stored, never what is parsed. A parsed event's strings longer than `EVENT_STRING_CAP` are cut
-(adapters cap their fields already; this is the net under them).
+and an event stays under about `EVENT_MAX` of JSON (adapters cap their fields already; this is the net
+under them).
 
 **Back-pressure: load shedding, not a paused pump.** The store writer's queue has a byte bound
 (``StoreWriter.busy``). While the writer is over it, lines are held back in the same per-stream tail
@@ -43,7 +44,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .agents.transcript import TEXT_CAP
+from .agents.transcript import TEXT_CAP, cap_fields
 from .sandbox.base import OutputLine
 from .sandbox.lines import LineSplitter
 from .store import dumps
@@ -57,6 +58,7 @@ ROW_OVERHEAD = 128
 entries; counted so that a flood of one-byte lines is charged what it really costs."""
 PROGRESS_S = 10.0
 EVENT_STRING_CAP = 2 * TEXT_CAP
+EVENT_MAX = 64 * 1024
 OUTPUT_KINDS = ("output", "transcript")
 
 
@@ -137,7 +139,7 @@ class CommandOutput:
                                          "truncated": line.truncated}, head)
             return
         for event in events:
-            self.budget.emit(self.kind, {**base, **_capped(event)}, head)
+            self.budget.emit(self.kind, {**base, **_bounded(event)}, head)
 
     def cost(self, line: OutputLine, events: list[dict[str, Any]] | None) -> int:
         """What storing the line would cost: its events' JSON as the store will encode it (counted
@@ -228,6 +230,20 @@ def _json_size(value: Any) -> int:
     if isinstance(value, int):
         return len(str(value))
     return len(dumps(value))
+
+
+def _bounded(event: dict[str, Any]) -> dict[str, Any]:
+    """A parsed event as it may be stored: at most about `EVENT_MAX` of JSON. Adapters cap their
+    fields; this is the net under them (long strings cut, large nested values replaced by their capped
+    JSON, and an event still too large kept as its capped JSON text)."""
+    event = _capped(event)
+    size = _json_size(event)
+    if size <= EVENT_MAX:
+        return event
+    event = cap_fields(event)
+    if _json_size(event) <= EVENT_MAX:
+        return event
+    return {"type": "unknown", "raw": dumps(event)[:TEXT_CAP], "raw_chars": size, "reason": "event too large"}
 
 
 def _capped(event: dict[str, Any]) -> dict[str, Any]:

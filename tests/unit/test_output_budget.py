@@ -241,3 +241,16 @@ def test_the_cost_of_a_held_back_line_is_its_json_size() -> None:
                   {"type": "output", "stream": "stdout", "text": "x"}, {}, {"a": {}},
                   {"a": None, "b": True, "c": False, "d": 12, "e": -3, "f": 1.5, "g": [1, 2, {"h": "i"}]}]:
         assert _json_size(value) == len(dumps(value)), value
+
+
+def test_an_event_with_huge_nested_values_is_bounded() -> None:
+    sink = Sink()
+    gate = OutputBudget(sink).command("agent", "transcript")
+    nested = {"type": "tool_call", "input": {"files": ["z" * 1000] * 5000}}
+    many = {"type": "status", **{f"k{i}": "w" * 16_000 for i in range(20)}}
+    gate.line(line(1, "{}"), [nested])
+    gate.line(line(2, "{}"), [many])
+    gate.finish()
+    first, second = sink.lines()
+    assert len(dumps(first)) < 70_000 and first["type"] == "tool_call" and isinstance(first["input"], str)
+    assert len(dumps(second)) < 70_000 and second["type"] == "unknown" and second["raw_chars"] > 300_000
