@@ -30,7 +30,8 @@ from .figure import write_pyramid_figure
 from .scoring import choose_scoring, render, score_run
 from .scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, not_rescored_lines
 from .scorings import header as scoring_header
-from .views import job_rows, tier_glyphs
+from .omitted import omitted_text
+from .views import job_rows, omitted_output, tier_glyphs
 
 # Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -255,6 +256,9 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
     reader, run_row = _open_run(db_path, run_ref)
     chosen, scorings = _scoring(reader, run_row["id"], scoring_ref)
     rows = job_rows(reader, run_row["id"], chosen)
+    omitted = omitted_output(reader, run_row["id"])
+    for row in rows:
+        row["omitted_output"] = omitted.get(row["id"], [])
     lines = [scoring_header(chosen, scorings), *not_rescored_lines(not_rescored(reader.rows, chosen))]
     if as_json:
         scoring = chosen.to_json() | {"header": lines[0], "original_rules_version": scorings[0].rules_version}
@@ -273,6 +277,13 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
         )
     console.print(table)
     console.print("tiers: ✓ pass  ✗ fail  – skip  ! error  · not scored")
+    if omitted:
+        console.print("output left out of the store by the output budget (defaults.output; the raw logs"
+                      " keep every byte):", markup=False)
+        for row in rows:
+            for entry in row["omitted_output"]:
+                console.print(f"  {row['key']}  {entry['log']}.{entry['stream']}: "
+                              f"{omitted_text(entry['lines'], entry['bytes'])}", markup=False)
     flagged = [row for row in rows if row["findings"]]
     if flagged:
         console.print("integrity findings (the probes judged the repo as pinned; see docs in README, 'Integrity'):",

@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..probes.capture import last_json_line, read_tail
 from ..probes.census import Census
 from ..probes.integrity import (
     Finding,
@@ -57,11 +58,10 @@ async def _host_script(attempt: JobAttempt, script: str, args: list[str], timeou
         env={"PATH": HOST_PATH}, timeout=timeout, log_name=script.removesuffix(".py"))
     if not result.ok:
         raise ScanError(f"{script} exited {result.returncode} on the host")
-    data = result.stdout_path.read_bytes()[-SCAN_BYTES:] if result.stdout_path.exists() else b""
-    lines = [line for line in data.decode(errors="replace").splitlines() if line.strip()]
+    data = read_tail(result.stdout_path, SCAN_BYTES)  # never the whole of what it printed
     try:
-        answer = json.loads(lines[-1])
-    except (IndexError, ValueError) as error:
+        answer = last_json_line(data.decode(errors="replace"))
+    except ValueError as error:
         raise ScanError(f"{script} gave no readable answer: {error}") from error
     return answer
 
@@ -261,7 +261,7 @@ async def exit_canary(attempt: JobAttempt, python: str, env: dict[str, str], non
                                   env={"PATH": HOST_PATH}, timeout=timeout, log_name="probe-canary-cleanup")
     if result.timed_out:
         return None  # a slow host is no evidence either way
-    stderr = result.stderr_path.read_bytes()[-SCAN_BYTES:].decode(errors="replace") if result.stderr_path.exists() else ""
+    stderr = read_tail(result.stderr_path, SCAN_BYTES).decode(errors="replace")
     problem = canary_problem(result.returncode, stderr, nonce)
     if problem is None:
         return None

@@ -1,8 +1,10 @@
 """One attempt of one job: provision → checkout → agent → probes → audit → teardown, each phase
 under a named timeout.
 
-Every command's raw output goes to files under the attempt's `logs/`; every line also becomes an
-event numbered by `seq`, so a replay of the raw files after a crash can add exactly what is missing.
+Every command's raw output goes to files under the attempt's `logs/`; its lines become events
+numbered by `seq` as far as the attempt's output budget allows (a head as they come, each command's
+tail when it ends, a count of the lines left out between; engine/output.py), so a replay of the raw
+files after a crash can add exactly what is missing.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from .agents.session import AgentSession  # issue 6: usage, cost, budgets, compl
 from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv, submodules_argv
 from .hosts import Lease
 from .integrity import verify_checkout
+from .output import OutputBudget, limits_of
 from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError, is_remote
 from .sandbox.isolation import path_exists
 from .secrets import redact_files, redact_obj  # issue 6: secrets never reach the store
@@ -57,10 +60,11 @@ class EventSink:
         self.attempt_id = attempt_id
         self.seq = seq
 
-    def emit(self, kind: str, data: dict[str, Any]) -> None:
+    def emit(self, kind: str, data: dict[str, Any]) -> int | None:
+        """Queue one event; returns the length of its JSON (what the output budget counts)."""
         self.seq += 1
         data = redact_obj(data)  # issue 6: no-op unless an agent has secrets
-        self.writer.event(
+        return self.writer.event(
             self.run_id, kind, data, job_id=self.job_id, attempt_id=self.attempt_id, seq=self.seq
         )
 
@@ -103,6 +107,14 @@ class JobAttempt:
     scoring_id: int | None = None  # the scoring its tier results belong to; None: the run's original scoring
     _log_counter: int = field(default=0)
     agent_stop_reason: str | None = None  # issue 6: why the agent was stopped (budget:tokens, ...)
+    _output: OutputBudget | None = field(default=None)
+
+    @property
+    def output(self) -> OutputBudget:
+        """What of this attempt's command output becomes events (`defaults.output`)."""
+        if self._output is None:
+            self._output = OutputBudget(self.sink, *limits_of(self.ctx.bench))
+        return self._output
 
     @property
     def base(self) -> Path:
@@ -339,8 +351,10 @@ class JobAttempt:
     ) -> ExecResult:
         """Run one command in the sandbox with its output streamed to raw files and to events.
 
-        `on_start` gets the command's process group as the sandbox announces it (the GPU tiers watch
-        that group's processes on the GPU)."""
+        Every line is parsed (`parse`: an agent's transcript parser) and goes through the attempt's
+        output budget, which decides what of it is stored (engine/output.py). `on_start` gets the
+        command's process group as the sandbox announces it (the GPU tiers watch that group's
+        processes on the GPU)."""
         assert self.sandbox is not None
         self._log_counter += 1
         log_name = f"{log_name or phase}-{self._log_counter}" if phase != "agent" else "agent"
@@ -348,14 +362,10 @@ class JobAttempt:
         prefix = self.base / "logs" / log_name
         kind = log_kind(log_name)
         self.sink.emit("command", {"phase": phase, "argv": argv, "log": log_name})
+        gate = self.output.command(log_name, kind)
 
         def on_line(line: OutputLine) -> None:
-            base = {"log": log_name, "stream": line.stream, "line_no": line.line_no}
-            if parse is None:
-                self.sink.emit(kind, {**base, "text": line.text, "nbytes": line.nbytes, "truncated": line.truncated})
-                return
-            for event in parse(line):
-                self.sink.emit(kind, {**base, **event})
+            gate.line(line, parse(line) if parse is not None else None)
 
         def started(pgid: int) -> None:
             self.sink.emit("process", {"log": log_name, "pgid": pgid})
@@ -373,6 +383,7 @@ class JobAttempt:
         finally:
             if reveal is not None:
                 self.sandbox.conceal()  # type: ignore[attr-defined]
+            gate.finish()  # the count of lines left out, then the tail of each stream
         if result.timed_out:
             self.sink.emit("timeout", {"name": result.timeout_name, "seconds": timeout})
         self.sink.emit("exit", {

@@ -1,8 +1,11 @@
-"""Replay the raw logs of an interrupted attempt so the store has every line it printed.
+"""Replay the raw logs of an interrupted attempt so the store has what the attempt would have kept.
 
 Raw bytes reach the log file before their event is queued, so after a crash the file can hold lines
-the DB never got. Lines are numbered per stream; whatever is past the highest stored number is
-emitted again with the same splitting rules, so nothing is lost and nothing is stored twice.
+the DB never got. Lines are numbered per stream; whatever is past the highest stored number goes
+again, with the same splitting rules, through the attempt's output budget (what is left of its head,
+then each stream's tail and a count of the lines left out: engine/output.py), so nothing the attempt
+would have stored is lost, nothing is stored twice, and a flood in a raw log costs no more than it
+did live. Logs are read in blocks, a line at a time.
 """
 
 from __future__ import annotations
@@ -12,38 +15,24 @@ from typing import Any
 
 from .agents.transcript import unknown
 from .lifecycle import EventSink, log_kind
-from .sandbox.base import OutputLine
-from .sandbox.lines import LineSplitter
+from .output import HEAD_BYTES, TAIL_BYTES, OutputBudget, iter_lines
 
 STREAMS = ("stdout", "stderr")
 
 
-def read_lines(path: Path) -> list[OutputLine]:
-    """Split a raw log exactly as the sandbox did while it streamed."""
-    splitter = LineSplitter()
-    stream = path.suffix.lstrip(".")
-    raw = []
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            raw.extend(splitter.feed(chunk))
-    raw.extend(splitter.flush())
-    return [
-        OutputLine(stream=stream, line_no=number, text=line.text(), nbytes=line.nbytes, truncated=line.truncated)
-        for number, line in enumerate(raw, start=1)
-    ]
-
-
 def replay_attempt_logs(
     logs_dir: Path, attempt_id: int, log_names: set[str], stored: dict[tuple[int, str, str], int],
-    sink: EventSink, adapter: Any,
+    sink: EventSink, adapter: Any, budget: OutputBudget | None = None,
 ) -> int:
     """Emit the lines of the attempt's raw logs past what the store has; returns how many were added.
 
     `log_names` are the logs the attempt's `command` events announced: a tier re-run shares its
     logs folder with the attempt whose state it probes, and must not claim that attempt's lines.
+    `budget`: the attempt's output budget as far as it was spent (default: a whole one).
     """
     if not logs_dir.is_dir():
         return 0
+    budget = budget if budget is not None else OutputBudget(sink, HEAD_BYTES, TAIL_BYTES)
     added = 0
     for path in sorted(logs_dir.iterdir()):
         if path.suffix.lstrip(".") not in STREAMS or path.stem not in log_names:
@@ -51,14 +40,15 @@ def replay_attempt_logs(
         log_name, stream = path.stem, path.suffix.lstrip(".")
         kind = log_kind(log_name)
         done = stored.get((attempt_id, log_name, stream)) or 0
-        for line in read_lines(path)[done:]:
-            base = {"log": log_name, "stream": stream, "line_no": line.line_no, "replayed": True}
-            if kind == "transcript" and adapter is not None:
-                for event in _parsed(adapter, line):
-                    sink.emit(kind, {**base, **event})
-            else:
-                sink.emit(kind, {**base, "text": line.text, "nbytes": line.nbytes, "truncated": line.truncated})
+        parse = (lambda line: _parsed(adapter, line)) if kind == "transcript" and adapter is not None else None
+        gate = budget.command(log_name, kind, {"replayed": True})
+        for line in iter_lines(path):
+            if line.line_no <= done:
+                continue
+            gate.line(line, parse(line) if parse is not None else None)
             added += 1
+        gate.finish()
+        added -= gate.omitted_lines
     return added
 
 

@@ -26,6 +26,7 @@ from .controls import ControlApplier
 from .fleet import start_fleet, stop_fleet  # issue 7
 from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
+from .output import ROW_OVERHEAD, OutputBudget, limits_of
 from .paths import absolute
 from .recovery import replay_attempt_logs
 from .runlock import EngineBusy, RunLock
@@ -376,6 +377,9 @@ class Engine:
                 "SELECT attempt_id, json_extract(data, '$.log'), json_extract(data, '$.stream'),"
                 " MAX(json_extract(data, '$.line_no')) FROM events WHERE run_id = ? AND kind IN ('output', 'transcript')"
                 " GROUP BY 1, 2, 3", (self.run_id,))}
+            spent = {row[0]: row[1] or 0 for row in conn.execute(  # of each attempt's output budget
+                "SELECT attempt_id, SUM(length(data)) + COUNT(*) * ? FROM events WHERE run_id = ?"
+                " AND kind IN ('output', 'transcript') GROUP BY attempt_id", (ROW_OVERHEAD, self.run_id))}
         finally:
             conn.close()
         now = time.time()
@@ -395,8 +399,10 @@ class Engine:
             if scrubbed:
                 sink.emit("redacted", {"files": len(scrubbed), "paths": [str(p) for p in scrubbed[:20]],
                                        "when": "resume"})
+            head, tail = limits_of(self.bench)
+            budget = OutputBudget(sink, head - spent.get(attempt["id"], 0), tail)
             replayed = replay_attempt_logs(Path(attempt["workdir"]).parent / "logs", attempt["id"],
-                                           announced.get(attempt["id"], set()), logged, sink, adapter)
+                                           announced.get(attempt["id"], set()), logged, sink, adapter, budget)
             sink.emit("interrupted", {"reason": "engine stopped while the attempt ran", "replayed_lines": replayed})
             self.writer.update("attempts", attempt["id"], {
                 "state": "error", "category": "infra", "reason": "interrupted: engine stopped", "finished_at": now,

@@ -22,6 +22,10 @@ Schema (version 1)::
       budgets: {wall_clock_s: 3600, tokens: null, dollars: null, run_dollars: null}
                                      # null = no limit; numbers > 0 (tokens: an int)
       retries: {infra: 2, backoff_s: 5.0}    # infra retries per job (int >= 0), backoff > 0
+      output: {head_bytes: 4194304, tail_bytes: 262144}   # command output stored as events, per
+                                     #   attempt: the first head_bytes as it comes, then the last
+                                     #   tail_bytes of each command's stream when it ends; the rest
+                                     #   only in the raw logs, counted (ints >= 0; engine/output.py)
       prices: {}                     # model name -> {input, cached_input, cache_write, output:
                                      #   USD per million tokens >= 0, date: YYYY-MM-DD}
                                      #   (all five required)
@@ -513,6 +517,13 @@ class Retries(SpecModel):
     backoff_s: Seconds = 5.0
 
 
+class OutputLimits(SpecModel):
+    """How much of an attempt's command output the store keeps as events (the raw logs keep all)."""
+
+    head_bytes: NonNegativeInt = 4 * 2**20
+    tail_bytes: NonNegativeInt = 256 * 2**10
+
+
 class Price(SpecModel):
     """USD per million tokens for one model, and the date the price was read."""
 
@@ -532,6 +543,7 @@ class Defaults(SpecModel):
     tier_timeouts: TierTimeouts = Field(default_factory=TierTimeouts)
     budgets: Budgets = Field(default_factory=Budgets)
     retries: Retries = Field(default_factory=Retries)
+    output: OutputLimits = Field(default_factory=OutputLimits)
     prices: dict[StrictText, Price] = Field(default_factory=dict)
     prompt: PromptText | None = None  # issue 6: the task prompt (None: engine/agents/prompt.py's)
 

@@ -3,6 +3,12 @@
 One writer task owns the write connection and applies queued writes in batched transactions (so
 50,000 events/s cost a few commits, not 50,000); readers open read-only connections and tail
 `events` by id. WAL mode lets readers run while the writer commits.
+
+The queue never blocks its callers (they run in the event loop, many in output callbacks). It is
+bounded by what is put into it: the JSON of queued events is counted (`StoreWriter.backlog_bytes`),
+and while it is over `MAX_BACKLOG_BYTES` the writer is `busy`, which the producers of command output
+lines read to hold lines back or leave them to the raw log (engine/output.py says why that and not a
+paused pump). Every other write (state, controls, counters) is always queued.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from .schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000
 MAX_BATCH = 10_000
+MAX_BACKLOG_BYTES = 32 * 2**20  # queued event JSON over this: the writer is busy
 
 
 class StoreError(Exception):
@@ -274,6 +281,8 @@ class StoreWriter:
     transactions: int = field(init=False, default=0)
     failure: StoreFailure | None = field(init=False, default=None)
     dropped: int = field(init=False, default=0)
+    backlog_bytes: int = field(init=False, default=0)  # JSON of the events queued and not yet committed
+    max_backlog_bytes: int = MAX_BACKLOG_BYTES
 
     def __post_init__(self) -> None:
         self.conn = open_for_writing(self.path)
@@ -282,17 +291,25 @@ class StoreWriter:
     def start(self) -> None:
         self.task = asyncio.create_task(self._loop(), name="store-writer")
 
+    @property
+    def busy(self) -> bool:
+        """The writer is behind: more than `max_backlog_bytes` of events wait to be committed."""
+        return self.backlog_bytes > self.max_backlog_bytes
+
     # -- enqueueing ---------------------------------------------------------------------------
     def event(
         self, run_id: str, kind: str, data: dict[str, Any], *, job_id: int | None = None,
         attempt_id: int | None = None, seq: int | None = None, ts: float | None = None,
-    ) -> None:
-        """Queue one event; never blocks, never awaits and never raises (called from output callbacks)."""
+    ) -> int:
+        """Queue one event; never blocks, never awaits and never raises (called from output callbacks).
+        Returns the length of its JSON, which is what it adds to the backlog (0 once the store failed)."""
         if self.failure is not None:
             self.dropped += 1
-            return
+            return 0
         payload = _encode(data)
         self.queue.put_nowait((run_id, job_id, attempt_id, seq, ts or time.time(), kind, payload))
+        self.backlog_bytes += len(payload)
+        return len(payload)
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> None:
         """Queue a write whose result nobody waits for (state updates, heartbeats)."""
@@ -354,6 +371,8 @@ class StoreWriter:
             except Exception as error:  # the store failed: say so, release every waiter, stop
                 self._fail(error, batch)
                 return
+            finally:
+                self.backlog_bytes -= sum(len(item[6]) for item in batch if isinstance(item, tuple))
             for item, result in zip(batch, results):
                 future = getattr(item, "future", None)
                 if future is not None and not future.done():

@@ -25,6 +25,7 @@ from ..probes import buildinfo
 from ..probes.audit import Observations, audit
 from ..probes.c0 import run_c0
 from ..probes.c2 import judge_c2, primary_framework, read_frameworks
+from ..probes.capture import last_json_line, read_tail
 from ..probes.census import Census, files_at_commit, import_census
 from ..probes.classifier import blamed_download, classify
 from ..probes.integrity import TAMPERED, Integrity, import_dirs
@@ -48,7 +49,7 @@ GPUS_FOR = {"C2": 1, "C3": 1, "C4": 2}
 OUTPUT_TAIL = 4000
 CLASSIFY_BYTES = 256 * 1024
 PROBE_DIR = ".resenv-probes"
-IMPORT_MAP_BYTES = 512 * 2**20
+IMPORT_MAP_BYTES = 128 * 2**20  # the compressed import map, read into memory (probes/mirror.py caps its expansion)
 
 
 @dataclass
@@ -76,15 +77,7 @@ class ProbeState:
 
 def tail_text(*paths: Path, limit: int = CLASSIFY_BYTES) -> str:
     """The last `limit` bytes of each file, decoded: enough to classify, never a whole huge log."""
-    parts = []
-    for path in paths:
-        if not path.exists():
-            continue
-        with path.open("rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - limit))
-            parts.append(handle.read().decode(errors="replace"))
-    return "\n".join(parts)
+    return "\n".join(read_tail(path, limit).decode(errors="replace") for path in paths if path.exists())
 
 
 def directory_size(root: Path) -> int:
@@ -264,10 +257,9 @@ class TierRunner:
             "probes", [self.state.python, "-B", f"{self.attempt.paths.workdir}/{PROBE_DIR}/{script}", *(args or [])],
             env=self._env(gpus), timeout=self.bench.defaults.tier_timeouts.C2, log_name=f"probe-{name}",
         )
-        lines = [line for line in tail_text(result.stdout_path).splitlines() if line.strip()]
-        if result.ok and lines:
-            try:
-                answer = json.loads(lines[-1])
+        if result.ok:
+            try:  # the last line of a capped tail: the interpreter is the agent's, it may flood
+                answer = last_json_line(tail_text(result.stdout_path))
             except ValueError:
                 answer = None
             if isinstance(answer, dict):  # the interpreter is the agent's: its answer may be any JSON

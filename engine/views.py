@@ -86,3 +86,20 @@ def _count(n: int) -> str:
         if n >= size:
             return f"{n / size:.1f}{unit}"
     return str(n)
+
+
+def omitted_output(reader: StoreReader, run_id: str) -> dict[int, list[dict[str, Any]]]:
+    """Per job, from its latest job attempt: the output each command's stream had left out of the
+    store by the output budget (engine/output.py), as its final ``omitted`` counts."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for row in reader.rows(
+        "SELECT e.job_id, json_extract(e.data, '$.log') AS log, json_extract(e.data, '$.stream') AS stream,"
+        " json_extract(e.data, '$.lines') AS lines, json_extract(e.data, '$.bytes') AS bytes FROM events e"
+        " JOIN attempts a ON a.id = e.attempt_id WHERE e.run_id = ? AND e.kind = 'omitted'"
+        " AND json_extract(e.data, '$.final') AND a.number = (SELECT MAX(number) FROM attempts"
+        " WHERE job_id = a.job_id AND scope = 'job') ORDER BY e.id", (run_id,),
+    ):
+        found.setdefault(row["job_id"], []).append(
+            {"log": row["log"], "stream": row["stream"], "lines": row["lines"] or 0, "bytes": row["bytes"] or 0})
+    return found
+

@@ -54,7 +54,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -62,10 +61,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .capture import run_capped
 from .census import Census
 
 PYRIGHT_PIN = "1.1.414"  # keep equal to the `pyright==` pin in pyproject.toml
 INTERPRETER_TIMEOUT = 20.0
+ANSWER_BYTES = 64 * 1024  # more on stdout for `print(sys.version)` is no Python answering
+PYRIGHT_JSON_BYTES = 64 * 2**20  # pyright's JSON report, read whole: more is an infra error
 LOG_TAIL = 4000
 _MISSING_RE = re.compile(r'^Import "([^"]+)" could not be resolved')
 _ENV_DROP_PREFIXES = ("PYTHON", "PYRIGHT_PYTHON_", "VSCODE_")
@@ -185,27 +187,6 @@ def _tail(text: str, limit: int = LOG_TAIL) -> str:
     return text if len(text) <= limit else "…" + text[-limit:]
 
 
-async def _run(argv: list[str], *, env: Mapping[str, str], cwd: Path, timeout: float) -> tuple[int | None, bytes, bytes]:
-    """(returncode or None on timeout, stdout, stderr); the whole process group dies on timeout."""
-    process = await asyncio.create_subprocess_exec(
-        *argv, env=dict(env), cwd=str(cwd), stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout)
-        return process.returncode, out, err
-    except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            out, err = await asyncio.wait_for(process.communicate(), 5)
-        except (asyncio.TimeoutError, ValueError):
-            out, err = b"", b""
-        if isinstance(exc, asyncio.CancelledError):
-            raise
-        return None, out, err
 
 
 def _resolve_python(python: str, repo_dir: Path) -> Path:
@@ -226,16 +207,20 @@ async def check_interpreter(python: Path, *, env: Mapping[str, str], cwd: Path,
     if not os.access(python, os.X_OK):
         return False, f"interpreter {python} is not executable"
     try:
-        code, out, err = await _run([str(python), "-c", "import sys; print(sys.version)"], env=env, cwd=cwd,
-                                    timeout=timeout)
+        # the agent's interpreter may answer with a flood: a capped head and tail of it are read
+        run = await run_capped([str(python), "-c", "import sys; print(sys.version)"], env=env, cwd=cwd,
+                               timeout=timeout, stop_after=ANSWER_BYTES)
     except OSError as exc:
         return False, f"interpreter {python} cannot be started: {exc}"
-    if code is None:
+    if run.overflow:
+        return False, (f"interpreter {python} printed more than {ANSWER_BYTES:,} bytes for `print(sys.version)`;"
+                       f" it is no Python answering: {_tail(run.stdout.value().decode(errors='replace'), 300)}")
+    if run.returncode is None:
         return False, f"interpreter {python} did not answer within {timeout:g}s"
-    if code != 0:
-        detail = (err or out).decode(errors="replace").strip()
-        return False, f"interpreter {python} exited {code}: {_tail(detail, 1000)}"
-    return True, out.decode(errors="replace").strip()
+    if run.returncode != 0:
+        detail = (run.stderr.value() if run.stderr.total else run.stdout.value()).decode(errors="replace").strip()
+        return False, f"interpreter {python} exited {run.returncode}: {_tail(detail, 1000)}"
+    return True, run.stdout.value().decode(errors="replace").strip()
 
 
 def _env_dirs(repo_dir: Path, depth: int = _ENV_SCAN_DEPTH) -> list[Path]:
@@ -395,14 +380,17 @@ async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path,
         command = [*tool.argv, "--outputjson", "--level", "warning", "--pythonpath", str(interpreter),
                    "-p", str(config)]
         pyright_started = time.monotonic()
+        json_path = work_dir / "pyright.json"
         try:
-            code, out, err = await _run(command, env={**run_env, **tool.env}, cwd=work_dir, timeout=timeout)
+            run = await run_capped(command, env={**run_env, **tool.env}, cwd=work_dir, timeout=timeout,
+                                   stdout_path=json_path, stdout_limit=PYRIGHT_JSON_BYTES)
             pyright_s = round(time.monotonic() - pyright_started, 3)
         except OSError as exc:
             return _result(census, status="error", category="infra", missing=all_third_party, missing_source=set(),
                            command=command, started=started, version=version, interpreter_ok=True,
                            log=f"pyright could not start: {exc}", python_version=python_version)
-        (work_dir / "pyright.json").write_bytes(out)
+        code = run.returncode
+        err = run.stderr.value()
         (work_dir / "pyright.stderr").write_bytes(err)
         stderr = err.decode(errors="replace")
         if code is None:
@@ -411,7 +399,9 @@ async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path,
                            log=f"pyright timed out after {timeout:g}s\n{stderr}", python_version=python_version,
                            pyright_s=pyright_s)
         try:
-            report = json.loads(out)
+            if run.overflow:
+                raise ValueError(f"more than {PYRIGHT_JSON_BYTES:,} bytes")
+            report = json.loads(json_path.read_bytes())
             if not isinstance(report, dict):
                 raise TypeError(f"pyright printed {type(report).__name__}, not an object")
             diagnostics = report["generalDiagnostics"]
@@ -425,7 +415,7 @@ async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path,
         if problem is not None:
             return _result(census, status="error", category="infra", missing=all_third_party, missing_source=set(),
                            command=command, started=started, version=version, interpreter_ok=True,
-                           log=f"{problem}\n{stderr}\n{out.decode(errors='replace')[-2000:]}",
+                           log=f"{problem}\n{stderr}\n{run.stdout.value().decode(errors='replace')[-2000:]}",
                            python_version=python_version, pyright_s=pyright_s)
         version = str(report.get("version") or version)
 

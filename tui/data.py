@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engine.omitted import omitted_text
 from ..engine.runref import find_run
 from ..engine.schema import SCHEMA_VERSION
 from ..engine.scorings import SCORINGS_SCHEMA, Scoring, list_scorings, resolve_scoring
@@ -72,7 +73,7 @@ GPU_HISTORY = 240
 STALE_SAMPLE_S = 15.0
 TRANSCRIPT_BACKFILL = 5000
 TRANSCRIPT_KINDS = ("transcript", "command", "exit", "phase", "timeout", "tier", "interrupted", "agent_finished",
-                    "error", "checkout", "leftover_killed", "tier_retry", "rescore", "slurm")
+                    "error", "checkout", "leftover_killed", "tier_retry", "rescore", "slurm", "omitted")
 STATE_KINDS = ("job_state", "phase", "tier", "run_state", "control", "interrupted", "slurm")
 FINISHED = {"done", "error", "cancelled"}
 JOB_COLUMNS = "id, key, repo_id, agent, gpus_needed, state, attempts, host, gpus, reason, started_at, finished_at"
@@ -298,6 +299,10 @@ def format_event(kind: str, data: dict[str, Any]) -> list[str]:
         return [f"! killed leftover process group {data.get('pgid')}"]
     if kind == "slurm":  # issue 10
         return [slurm_line(data)]
+    if kind == "omitted":  # the output budget left these lines to the raw log (engine/output.py)
+        where = f"{data.get('log', '')}.{data.get('stream', '')}"
+        text = omitted_text(int(data.get("lines") or 0), int(data.get("bytes") or 0), f"the raw log {where}")
+        return [f"  │ {text}" + ("" if data.get("final") else " (so far)")]
     return [f"  {kind}: {_short(data)}"]
 
 

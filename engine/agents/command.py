@@ -1,6 +1,7 @@
 """The `command` agent: any CLI given as a template over the job's paths.
 
-``output: text`` keeps every line as ``output``. ``output: jsonl`` reads stdout as resenv's own
+``output: text`` keeps every line as ``output`` (its first 16 KiB; ``truncated`` and ``nbytes`` tell a
+longer line). ``output: jsonl`` reads stdout as resenv's own
 transcript schema (see `transcript`): a JSON object whose ``type`` is one of `JSONL_TYPES` is kept
 as it is (``usage`` lines are counted: ``scope: delta`` by default, ``cumulative`` for running
 totals; ``completion`` marks the run complete); a JSON line of any other type — or not an object —
@@ -37,10 +38,18 @@ class CommandAgent(SpecAgent):
         env.setdefault("RESENV_PROMPT", prompt)
         return AgentCommand(argv=self.spec.argv(values), env=env)
 
+    @property
+    def full_lines(self) -> bool:
+        """Only JSON lines need their whole text back (session.py); plain text keeps the sandbox's cut."""
+        return self.spec.output == "jsonl"
+
     def parse(self, line: OutputLine) -> list[dict[str, Any]]:
         if self.spec.output == "jsonl" and line.stream == "stdout":
             return [self._parse_jsonl(line)]
-        return [{"type": "output", "stream": line.stream, "text": line.text}]
+        event = output(line.stream, line.text)
+        if line.truncated:
+            event |= {"truncated": True, "nbytes": line.nbytes}
+        return [event]
 
     def _parse_jsonl(self, line: OutputLine) -> dict[str, Any]:
         event, why = load_line(line.text)

@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ...probes.capture import read_head
 from ..sandbox.base import ExecResult, OutputLine
 from ..secrets import registry
 from .base import AgentCommand
@@ -55,6 +56,7 @@ USAGE_EVERY_S = 0.5
 LIVE_USAGE_POLL_S = 0.5
 VERSION_TIMEOUT_S = 60.0
 FULL_LINE_MAX = 64 << 20  # a longer line is parsed from its first 16 KiB only
+VERSION_BYTES = 64 << 10  # of a CLI's --version output
 
 
 class AgentSession:
@@ -83,6 +85,7 @@ class AgentSession:
         self._pending_flush: asyncio.TimerHandle | None = None
         self._watcher: asyncio.Task | None = None
         self._warned: set[str] = set()
+        self._full_lines = bool(getattr(adapter, "full_lines", True))  # False: the cut text is all it reads
 
     # -- before ---------------------------------------------------------------------------------
     async def prepare(self) -> AgentCommand | None:
@@ -130,6 +133,7 @@ class AgentSession:
         path: Path | None = None
         offset = 0
         pending = b""
+        skipping = False
         while True:
             try:
                 if path is None:
@@ -141,6 +145,10 @@ class AgentSession:
                     offset += len(data)
                     pending += data
                     *complete, pending = pending.split(b"\n")
+                    if skipping and complete:  # the end of a line too long to keep: not a line
+                        complete, skipping = complete[1:], False
+                    if len(pending) > FULL_LINE_MAX:  # a line without end is never held whole
+                        pending, skipping = b"", True
                     for raw in complete:
                         event = self.adapter.parse_rollout_line(raw.decode("utf-8", errors="replace"))
                         if event is not None and self.completion is None:
@@ -159,9 +167,10 @@ class AgentSession:
         argv = version_argv()
         try:
             result = await self.attempt.run_command("version", argv, timeout=VERSION_TIMEOUT_S, log_name="version")
-            text = result.stdout_path.read_text(errors="replace").strip() if result.stdout_path.exists() else ""
-            if not text and result.stderr_path.exists():
-                text = result.stderr_path.read_text(errors="replace").strip()
+            # a CLI's --version is a line; what it prints beyond VERSION_BYTES is never read
+            text = read_head(result.stdout_path, VERSION_BYTES).decode(errors="replace").strip()
+            if not text:
+                text = read_head(result.stderr_path, VERSION_BYTES).decode(errors="replace").strip()
             self.sink.emit("agent_version", {"agent": self.attempt.job["agent"], "kind": getattr(self.adapter, "kind", None),
                                              "argv": argv, "version": text.splitlines()[0][:200] if result.ok and text else None,
                                              "returncode": result.returncode,
@@ -174,7 +183,7 @@ class AgentSession:
     def parse(self, line: OutputLine) -> list[dict[str, Any]]:
         """The exec's on_line parser: never raises (a raising on_line would kill the agent)."""
         try:
-            if line.stream == "stdout":
+            if line.stream == "stdout" and self._full_lines:
                 line = self._full_line(line)
             events = self.adapter.parse(line)
         except Exception as error:

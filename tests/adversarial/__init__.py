@@ -1,1 +1,1 @@
-"""Attacks and bad input, end to end through the real engine and CLI."""
+"""Attacks on resenv itself: hostile agents and environments that try to exhaust or escape the engine."""

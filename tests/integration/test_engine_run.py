@@ -28,7 +28,7 @@ a:
 
 def assert_events_complete(db: Path, run_id: str) -> None:
     """Every attempt's events are numbered 1..N with no gap and no duplicate, and each raw log line
-    of every attempt is in the store exactly once."""
+    of every attempt is in the store exactly once or counted as left out by the output budget."""
     for attempt in db_rows(db, "SELECT id, workdir FROM attempts WHERE run_id = ?", (run_id,)):
         seqs = [r["seq"] for r in db_rows(db, "SELECT seq FROM events WHERE attempt_id = ? ORDER BY seq", (attempt["id"],))]
         assert seqs == list(range(1, len(seqs) + 1)), f"attempt {attempt['id']} seq gaps/dupes"
@@ -43,7 +43,11 @@ def assert_events_complete(db: Path, run_id: str) -> None:
                 " AND kind IN ('output', 'transcript')",
                 (attempt["id"], raw.stem, stream),
             )[0]
-            assert stored["n"] == stored["d"] == lines, f"{raw}: {stored} vs {lines} raw lines"
+            omitted = sum(json.loads(row["data"])["lines"] for row in db_rows(
+                db, "SELECT data FROM events WHERE attempt_id = ? AND kind = 'omitted' AND json_extract(data, '$.final')"
+                " AND json_extract(data, '$.log') = ? AND json_extract(data, '$.stream') = ?",
+                (attempt["id"], raw.stem, stream)))
+            assert stored["n"] == stored["d"] == lines - omitted, f"{raw}: {stored} + {omitted} left out vs {lines} raw lines"
 
 
 def test_run_records_jobs_attempts_events_and_raw_logs(tmp_path, cli_env):

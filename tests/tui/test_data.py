@@ -61,6 +61,9 @@ def test_transcript_formatting() -> None:
     assert format_event("phase", {"phase": "probes", "status": "started"}) == ["── probes ──"]
     assert format_event("timeout", {"name": "agent", "seconds": 60}) == ["! timeout agent after 60 s"]
     assert format_event("transcript", {"type": "weird-new-type", "raw": "x"})[0].startswith("  ? ")
+    omitted = {"log": "agent", "stream": "stdout", "lines": 12345, "bytes": 13_000_000, "final": True}
+    assert format_event("omitted", omitted) == ["  │ … 12,345 lines (13.0 MB) only in the raw log agent.stdout"]
+    assert format_event("omitted", omitted | {"final": False})[0].endswith("(so far)")
 
 
 def test_feed_loads_and_polls_only_what_changed(fixture_store: Path, frozen: float, tmp_path: Path) -> None:

@@ -192,6 +192,15 @@ def test_phase_timeout_zero_and_tier_timeout_float(tmp_path: Path) -> None:
     assert issues_of(tmp_path, text) == [(5, "defaults.timeouts.agent", "expected seconds > 0, got 0")]
 
 
+def test_output_budget_defaults_and_settings(tmp_path: Path) -> None:
+    bench = load_benchmark(write(tmp_path, VALID))
+    assert (bench.defaults.output.head_bytes, bench.defaults.output.tail_bytes) == (4 * 2**20, 256 * 2**10)
+    bench = load_benchmark(write(tmp_path, edit("  agent: a\n", "  agent: a\n  output: {head_bytes: 65536, tail_bytes: 0}\n")))
+    assert (bench.defaults.output.head_bytes, bench.defaults.output.tail_bytes) == (65536, 0)
+    [(line, path, _)] = issues_of(tmp_path, edit("  agent: a\n", "  agent: a\n  output: {head_bytes: -1}\n"))
+    assert (line, path) == (5, "defaults.output.head_bytes")
+
+
 def test_unknown_top_level_key(tmp_path: Path) -> None:
     text = VALID + "extras: 1\n"
     [(line, path, message)] = issues_of(tmp_path, text)

@@ -79,6 +79,26 @@ async def test_writer_batches_events_and_keeps_order(tmp_path):
     await writer.close()
 
 
+async def test_the_writer_counts_its_backlog_and_says_when_it_is_behind(tmp_path):
+    """The queue never blocks: it counts the JSON it holds, and is `busy` over its bound (output lines
+    then wait or go to the raw log; engine/output.py). State writes are queued whatever the backlog."""
+    writer = StoreWriter(tmp_path / "s.db")
+    writer.max_backlog_bytes = 10_000
+    make_run(writer.conn)
+    size = writer.event("r1", "output", {"text": "x" * 100})
+    assert size == len('{"text":"' + "x" * 100 + '"}') and writer.backlog_bytes == size and not writer.busy
+    for _ in range(100):  # not started: nothing drains, nothing blocks
+        writer.event("r1", "output", {"text": "x" * 100})
+    assert writer.busy and writer.backlog_bytes == 101 * size
+    writer.execute("INSERT INTO controls (run_id, action, created_at) VALUES ('r1', 'pause', 1.0)")
+    writer.start()
+    await writer.flush()
+    assert writer.backlog_bytes == 0 and not writer.busy
+    assert writer.conn.execute("SELECT COUNT(*) FROM events").fetchone()[0] == 101
+    assert writer.conn.execute("SELECT COUNT(*) FROM controls").fetchone()[0] == 1
+    await writer.close()
+
+
 async def test_insert_returns_id_and_errors_reach_the_caller(tmp_path):
     writer = StoreWriter(tmp_path / "s.db")
     make_run(writer.conn)
