@@ -29,7 +29,7 @@ from ..probes.integrity import (
 from ..probes.kit import hookscan, script_source, treescan
 from ..probes.outcome import canary_problem, canary_source
 from .checkout import CheckoutError, Manifest, Pristine, blob_bytes
-from .sandbox.base import SandboxError, is_remote
+from .sandbox.base import SandboxError, shares_engine_view
 
 if TYPE_CHECKING:
     from .lifecycle import JobAttempt
@@ -69,7 +69,7 @@ async def _host_script(attempt: JobAttempt, script: str, args: list[str], timeou
 async def scan_tree(attempt: JobAttempt, manifest: Manifest, dirs: list[str], timeout: float) -> Any:
     """How the checkout differs from the pinned commit (``kit/treescan.py``)."""
     payload = {"files": manifest.to_json(), "import_dirs": dirs}
-    if not is_remote(attempt.sandbox):
+    if shares_engine_view(attempt.sandbox):
         return await asyncio.to_thread(treescan.scan, str(attempt.paths.repo), payload)
     await attempt.sandbox.put(f"{PROBE_DIR}/treescan.py", script_source("treescan.py"))
     await attempt.sandbox.put(f"{PROBE_DIR}/manifest.json", json.dumps(payload).encode())
@@ -80,7 +80,7 @@ async def scan_tree(attempt: JobAttempt, manifest: Manifest, dirs: list[str], ti
 async def scan_hooks(attempt: JobAttempt, python: str, timeout: float) -> Any:
     """Start-up hooks in the reported interpreter's site directories (``kit/hookscan.py``)."""
     sandbox = attempt.sandbox
-    if not is_remote(sandbox):
+    if shares_engine_view(sandbox):
         home = str(getattr(sandbox, "home", "") or "")
         return await asyncio.to_thread(hookscan.scan, python, home)
     await sandbox.put(f"{PROBE_DIR}/hookscan.py", script_source("hookscan.py"))

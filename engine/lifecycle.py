@@ -24,7 +24,7 @@ from .hosts import Lease
 from .integrity import verify_checkout
 from .output import OutputBudget, limits_of
 from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError, is_remote
-from .sandbox.isolation import path_exists
+from .sandbox.isolation import env_paths, path_exists
 from .secrets import redact_files, redact_obj  # issue 6: secrets never reach the store
 from .store import StoreWriter, disk_failure
 from .tiers import PROBE_TIERS, TierRunner, tail_text
@@ -374,7 +374,10 @@ class JobAttempt:
 
         reveal = getattr(self.sandbox, "reveal", None) if phase in CONFIGURED_PHASES else None
         if reveal is not None:
-            reveal(command_files(argv, self.paths.workdir))  # the configured program's own files, read-only
+            # The configured program's own files and the paths its declared environment names, read-only;
+            # its package caches read-write. Never for a command built from what an agent wrote.
+            caches, named = env_paths(env or {}, self.paths.workdir)
+            reveal(command_files(argv, self.paths.workdir) + named, writable=caches)
         try:
             result = await self.sandbox.exec(
                 argv, env=env, cwd=cwd or self.paths.workdir, timeout=timeout, timeout_name=timeout_name or phase,

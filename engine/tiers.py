@@ -37,7 +37,7 @@ from .assets import AssetCache, missing_indexes, presence_script  # issue 9
 from .gpuinfo import DriverInfo, cuda_supported
 from .gpuwatch import GpuUse, watch_for
 from .integrity import HOST_PATH, exit_canary, secure
-from .sandbox.base import ExecResult, SandboxError, is_remote
+from .sandbox.base import ExecResult, SandboxError, is_remote, shares_engine_view
 
 if TYPE_CHECKING:
     from .lifecycle import JobAttempt
@@ -232,7 +232,7 @@ class TierRunner:
     async def _interpreter_file(self, python: str) -> tuple[bytes | None, str | None]:
         """The first bytes of the file the reported interpreter resolves to, and that file's path
         (None: unreadable)."""
-        if not is_remote(self.attempt.sandbox):
+        if shares_engine_view(self.attempt.sandbox):
             resolved = os.path.realpath(python)
             try:
                 with open(resolved, "rb") as handle:
@@ -240,7 +240,7 @@ class TierRunner:
             except OSError:
                 return None, resolved
         result = await self.attempt.run_command(
-            "probes", ["/bin/sh", "-c", 'r=$(readlink -f "$1") && echo "$r" && head -c 4 "$r" | od -An -tx1',
+            "probes", ["/bin/sh", "-c", 'r=$(readlink -f "$1") && echo "$r" && [ -f "$r" ] && head -c 4 "$r" | od -An -tx1',
                        "sh", python],
             env={"PATH": HOST_PATH}, timeout=self.bench.defaults.tier_timeouts.C2, log_name="probe-magic")
         lines = tail_text(result.stdout_path, limit=8192).splitlines() if result.ok else []
@@ -338,7 +338,7 @@ class TierRunner:
         sandbox = self.attempt.sandbox
         timeout = self.bench.tier_timeout(self.repo, "C0")
         notes: tuple[str, ...] = ()
-        if is_remote(sandbox) or getattr(sandbox, "isolated", False):
+        if not shares_engine_view(sandbox):
             # pyright runs here, on the import map the sandbox recorded (probes/mirror.py says why):
             # the agent's interpreter never runs outside its sandbox
             mirror = await self._mirror(census, timeout)

@@ -100,3 +100,11 @@ class Sandbox(Protocol):
 def is_remote(sandbox: object) -> bool:
     """Whether the sandbox's files live on another machine or in a container (it can sync them back)."""
     return getattr(sandbox, "sync_back", None) is not None
+
+
+def shares_engine_view(sandbox: object) -> bool:
+    """Whether the sandbox's files are the engine's own and its commands see what the engine sees (the
+    unisolated process sandbox): then the engine may read and scan them in place. An isolated,
+    remote or container sandbox is asked through its own commands instead, so nothing an agent left
+    is opened by the engine's process and a path means what it means inside the sandbox."""
+    return not is_remote(sandbox) and not getattr(sandbox, "isolated", False)

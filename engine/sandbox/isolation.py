@@ -7,8 +7,9 @@ tool) rather than in namespaces made by hand:
 * **Files.** An empty root with the system's program directories (``/usr``, ``/etc``, ``/opt`` and
   the ``/bin``, ``/lib`` links) read-only, the Python installation resenv itself runs on read-only
   (so an agent may build on it), a private ``/proc``, ``/dev`` (with the NVIDIA device nodes),
-  ``/tmp`` and ``/dev/shm``, and the job's work dir read-write. Paths the engine hands a command in its
-  environment (a pip config, a wheel folder, a certificate bundle) are bound read-only, package caches
+  ``/tmp`` and ``/dev/shm``, and the job's work dir read-write. For the agent's own configured
+  command, the paths the benchmark hands it in its environment (a pip config, a wheel folder, a
+  certificate bundle) are bound read-only, package caches
   (``*_CACHE_DIR``) read-write (a root engine swaps a cache its sandbox uid does not own for resenv's
   own, ``<resenv home>/sandbox-cache/``); the host's ``expose:`` list adds read-only paths. Nothing else: not
   the store, not the data dir with the pristine copies and the other jobs, not the engine's home.
@@ -62,8 +63,8 @@ class Isolation:
         """The (uid, gid) files the engine writes into a work dir must belong to, or None."""
         return (self.uid, self.uid) if self.drops_to_uid else None
 
-    def argv(self, argv: list[str], *, workdir: Path, cwd: Path, env: Mapping[str, str],
-             read_only: Iterable[Path] = ()) -> list[str]:
+    def argv(self, argv: list[str], *, workdir: Path, cwd: Path, read_only: Iterable[Path] = (),
+             writable: Iterable[Path] = ()) -> list[str]:
         """bubblewrap's command line that runs ``argv`` inside the namespace."""
         out = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                "--unshare-cgroup-try", "--hostname", "resenv-sandbox"]
@@ -82,9 +83,8 @@ class Isolation:
         out += ["--ro-bind-try", "/sys", "/sys"]
         for device in sorted(Path("/dev").glob("nvidia*")):
             out += ["--dev-bind-try", str(device), str(device)]
-        writable, readable = env_paths(env, workdir)
         ro: list[Path] = []
-        for path in [*python_installation(), *map(Path, self.expose), *readable, *read_only]:
+        for path in [*python_installation(), *map(Path, self.expose), *read_only]:
             if _outside_system(path) and path not in ro and path_exists(path):
                 ro.append(path)
         # A path inside another bound one is seen already (and a mount point cannot be made in it).
@@ -124,12 +124,18 @@ def python_installation() -> list[Path]:
 
 
 def env_paths(env: Mapping[str, str], workdir: Path) -> tuple[list[Path], list[Path]]:
-    """(caches to bind read-write, other paths to bind read-only) named in a command's environment.
+    """(caches to bind read-write, other paths to bind read-only) named in a configured command's
+    environment: the engine calls this only for what the benchmark's configuration declares, never for
+    an environment built from anything an agent wrote (a ``:`` in a reported interpreter's path would
+    otherwise name any host folder).
 
-    Only absolute paths that exist outside the work dir count; a value may be a ``:``-list."""
+    Only absolute paths that exist outside the work dir count; a value may be a ``:``-list; ``PATH``
+    is left out (its folders are the system's)."""
     writable: list[Path] = []
     readable: list[Path] = []
     for key, value in env.items():
+        if key == "PATH":
+            continue
         for part in value.split(os.pathsep):
             if not part.startswith("/"):
                 continue
@@ -144,9 +150,10 @@ def env_paths(env: Mapping[str, str], workdir: Path) -> tuple[list[Path], list[P
 
 
 def path_exists(path: Path) -> bool:
-    """Whether a path exists; a word too long to be a file name (a ``python -c`` program) is none."""
+    """Whether a path is an existing file or folder; a word too long to be a file name (a ``python -c``
+    program) is none, and neither is a device, a socket or a FIFO."""
     try:
-        return path.exists()
+        return path.is_file() or path.is_dir()
     except OSError:
         return False
 
@@ -171,10 +178,15 @@ def _traversable_parents(targets: list[Path]) -> list[str]:
     return out
 
 
+KERNEL_DIRS = ("dev", "proc", "sys")
+"""Made by the namespace itself; a path under them is never bound again (a device bound read-only
+loses its device-ness)."""
+
+
 def _outside_system(path: Path) -> bool:
-    """Whether a path is not already seen through a system dir (binding it again is pointless)."""
+    """Whether a path is not already seen through a system or kernel dir (binding it again is pointless)."""
     parts = path.parts
-    return len(parts) > 1 and parts[1] not in SYSTEM_DIRS
+    return len(parts) > 1 and parts[1] not in SYSTEM_DIRS + KERNEL_DIRS
 
 
 def chown_tree(root: Path, owner: tuple[int, int]) -> None:

@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_PATH", "ProcessSandbox", "kill_stale_group"]
 
+SIGNAL_SWEEPS = 50  # at most this many scans of a namespace per signal (each finds the forks of the last)
 KILL_WAIT_S = 5.0  # how long to wait for a SIGKILLed group to vanish before giving up (and logging)
 
 
@@ -97,6 +98,29 @@ def _descendants(pid: int) -> list[int]:
         out.append(child)
         todo.extend(children.get(child, ()))
     return out
+
+
+def _signal_namespace(bwrap_pid: int, sig: int) -> bool:
+    """Signal every process of the pid namespace bubblewrap made, as one ``kill(-1)`` from inside it.
+
+    The kernel delivers that under the task list lock, and a fork racing a pending signal is
+    restarted, so a process that keeps forking and letting its parent exit cannot slip past, as it
+    can past a scan of /proc. Needs root (to enter the namespace); False when it could not be sent."""
+    if os.geteuid() != 0 or shutil.which("nsenter") is None:
+        return False
+    try:
+        children = Path(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children").read_text().split()
+    except OSError:
+        return False
+    if not children:
+        return False
+    name = signal.Signals(sig).name.removeprefix("SIG")
+    try:
+        done = subprocess.run(["nsenter", "-t", children[0], "-p", "--", "/bin/sh", "-c", f"kill -s {name} -- -1"],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=5, env={"PATH": DEFAULT_PATH})
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 def _pid_alive(pid: int) -> bool:
@@ -201,7 +225,8 @@ class ProcessSandbox:
         self.tmp = self.workdir / "tmp"
         self.isolation = isolation
         self._owner = isolation.owner() if isolation is not None else None
-        self._staged: list[Path] = []  # read-only paths every exec sees until unstaged (the pristine)
+        self._staged: list[Path] = []  # read-only paths every exec sees until concealed (the pristine)
+        self._staged_rw: list[Path] = []  # package caches every exec may write until concealed
         for d in (self.workdir, self.home, self.tmp):
             d.mkdir(parents=True, exist_ok=True)
             if self._owner is not None:
@@ -218,13 +243,16 @@ class ProcessSandbox:
         """Commands run in a bubblewrap namespace (see :mod:`.isolation`)."""
         return self.isolation is not None
 
-    def reveal(self, paths: Sequence[Path]) -> None:
-        """Let the next commands read these host paths too, until :meth:`conceal`."""
+    def reveal(self, paths: Sequence[Path], writable: Sequence[Path] = ()) -> None:
+        """Let the next commands read these host paths (and write the package caches ``writable``),
+        until :meth:`conceal`."""
         self._staged.extend(Path(path) for path in paths)
+        self._staged_rw.extend(Path(path) for path in writable)
 
     def conceal(self) -> None:
         """Out of sight again: what :meth:`reveal` showed."""
         self._staged.clear()
+        self._staged_rw.clear()
 
     async def stage_pristine(self, path: Path) -> None:
         """Let the checkout's commands read the pristine copy, and no later command."""
@@ -350,10 +378,13 @@ class ProcessSandbox:
             raise SandboxError("bubblewrap is not installed (apt-get install bubblewrap), "
                                "or choose `sandbox: unsafe-process` for this host")
         env = dict(env)
+        caches = []
         for key, value in env.items():
-            if key.endswith("_CACHE_DIR") and value.startswith("/"):
-                env[key] = str(self.isolation.cache_for(key, Path(value)))
-        return self.isolation.argv(args, workdir=self.workdir, cwd=cwd, env=env, read_only=self._staged), env
+            if key.endswith("_CACHE_DIR") and Path(value) in self._staged_rw:
+                caches.append(self.isolation.cache_for(key, Path(value)))
+                env[key] = str(caches[-1])
+        return self.isolation.argv(args, workdir=self.workdir, cwd=cwd, read_only=self._staged,
+                                   writable=caches), env
 
     @staticmethod
     def _spawn_failure_code(exc: OSError) -> int:
@@ -497,14 +528,24 @@ class ProcessSandbox:
     @staticmethod
     def _signal(run: _Run, sig: int) -> None:
         """Signal the command's group and, in a namespace, every process in it (``setsid`` or not)."""
+        if run.namespaced and sig in (signal.SIGSTOP, signal.SIGCONT, signal.SIGTERM):
+            _signal_namespace(run.pgid, sig)  # every process of it at once, forks included
         if run.namespaced:
-            alive = {pid for pid in run.members if _pid_alive(pid)}
-            run.members = alive | set(_descendants(run.pgid))
-            for pid in run.members:
-                try:
-                    os.kill(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            # Then sweep until a scan finds nobody new: a process that keeps forking and letting its parent
+            # exit has a new pid by the time one scan's signal lands.
+            signalled: set[int] = set()
+            for _ in range(SIGNAL_SWEEPS):
+                found = set(_descendants(run.pgid)) | {pid for pid in run.members if _pid_alive(pid)}
+                fresh = found - signalled
+                if not fresh:
+                    break
+                for pid in fresh:
+                    try:
+                        os.kill(pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+                signalled |= fresh
+            run.members = {pid for pid in signalled if _pid_alive(pid)}
         try:
             os.killpg(run.pgid, sig)
         except ProcessLookupError:

@@ -23,11 +23,13 @@ its file, so the judge can tell the agent's hooks from those the host's interpre
 import ast
 import base64
 import csv
+import errno
 import glob
 import hashlib
 import json
 import os
 import re
+import stat
 import sys
 import zipfile
 
@@ -55,6 +57,20 @@ SYSTEM_DIRS = ("/usr/lib/",)
 MAX_PTH_BYTES = 1 << 20
 
 
+
+def open_regular(path, mode="rb", newline=None):
+    """Open a file of the agent's environment only if it is a regular file: a named pipe the agent
+    left would block open() for ever, a device would read for ever."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        os.set_blocking(fd, True)
+        return open(fd, mode, newline=newline)
+    except BaseException:
+        os.close(fd)
+        raise
+
 def _prefixes(python):
     found = []
     for path in (python, os.path.realpath(python)):
@@ -71,7 +87,7 @@ def _prefixes(python):
 def _venv_base(config):
     """The base prefix of a venv that also sees its base interpreter's packages."""
     try:
-        with open(config) as handle:
+        with open_regular(config, "r") as handle:
             text = handle.read(65536)
     except OSError:
         return None
@@ -155,13 +171,13 @@ def _recorded(directory, name):
     """Whether an installed distribution's RECORD lists ``name`` in this site directory with the
     file's current content."""
     try:
-        with open(os.path.join(directory, name), "rb") as handle:
+        with open_regular(os.path.join(directory, name)) as handle:
             digest = base64.urlsafe_b64encode(hashlib.sha256(handle.read()).digest()).rstrip(b"=").decode()
     except OSError:
         return False
     for record in glob.glob(os.path.join(directory, "*.dist-info", "RECORD")):
         try:
-            with open(record, newline="") as handle:
+            with open_regular(record, "r", newline="") as handle:
                 for row in csv.reader(handle):
                     if len(row) >= 2 and row[0] == name and row[1] == "sha256=" + digest:
                         return True
@@ -173,7 +189,7 @@ def _recorded(directory, name):
 def _zip_customize(path):
     """Customize modules inside a zip file that a .pth path line puts on sys.path."""
     try:
-        with zipfile.ZipFile(path) as archive:
+        with open_regular(path) as handle, zipfile.ZipFile(handle) as archive:
             names = archive.namelist()
     except (OSError, zipfile.BadZipFile, ValueError):
         return []
@@ -186,7 +202,7 @@ def _system_customize_imports():
     names = set()
     for path in glob.glob("/usr/lib/python3*/sitecustomize.py") + glob.glob("/etc/python3*/sitecustomize.py"):
         try:
-            with open(path, "rb") as handle:
+            with open_regular(path) as handle:
                 tree = ast.parse(handle.read(MAX_PTH_BYTES))
         except (OSError, SyntaxError, ValueError):
             continue
@@ -218,7 +234,7 @@ def _pth_hooks(path):
     the path, and the site directories it adds (whose own .pth files run too)."""
     hooks, added, sites = [], [], []
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path) as handle:
             # utf-8-sig: Python 3.13 reads .pth files so, and a BOM must not hide an import line
             text = handle.read(MAX_PTH_BYTES).decode("utf-8-sig", "replace")
     except OSError:

@@ -127,11 +127,16 @@ class RaisingAdapter:
 
 
 class Sink:
+    """An EventSink without a store: what the output budget needs of one."""
+
+    writer = None
+
     def __init__(self) -> None:
         self.events: list[tuple[str, dict]] = []
 
-    def emit(self, kind: str, data: dict) -> None:
+    def emit(self, kind: str, data: dict) -> int:
         self.events.append((kind, data))
+        return len(repr(data))
 
 
 def test_a_replayed_line_the_parser_cannot_read_is_kept_as_unknown(tmp_path: Path) -> None:

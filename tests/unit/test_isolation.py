@@ -18,11 +18,13 @@ def test_the_work_dir_is_bound_read_write_and_a_folder_above_it_never(tmp_path: 
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     env = {"PIP_FIND_LINKS": str(wheels), "LEAK": str(tmp_path / "data"), "HOME": str(work / "home"),
-           "PATH": "/usr/bin:/bin"}
-    argv = Isolation(network="none").argv(["true"], workdir=work, cwd=work, env=env)
+           "PATH": f"/usr/bin:{tmp_path}"}
+    caches, named = env_paths(env, work)
+    argv = Isolation(network="none").argv(["true"], workdir=work, cwd=work, read_only=named, writable=caches)
     assert str(work) in binds(argv, "--bind")
     assert str(wheels) in binds(argv, "--ro-bind")
     assert str(tmp_path / "data") not in binds(argv, "--ro-bind") + binds(argv, "--bind")
+    assert str(tmp_path) not in binds(argv, "--ro-bind")  # PATH never names a folder to show
     assert "--unshare-net" in argv and "--unshare-pid" in argv and "--die-with-parent" in argv
     assert argv[-1] == "true"
 

@@ -155,7 +155,7 @@ def test_hard_links_devices_and_fifos_are_refused(tmp_path: Path, kind: bytes) -
 
 
 def test_facts_that_are_not_an_object_or_nested_too_deeply_are_malformed(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="not an object"):
+    with pytest.raises(ValueError, match="not a JSON object"):
         build_mirror(archive(facts=b"[1, 2]"), tmp_path / "m")
     with pytest.raises(ValueError, match="nested too deeply"):
         build_mirror(archive(facts=b"[" * 100_000), tmp_path / "m")
