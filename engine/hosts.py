@@ -93,7 +93,8 @@ class Host:
         options = getattr(spec, "process", None)
         if options is None:
             return Isolation()
-        return Isolation(network=options.network, uid=options.uid, expose=tuple(options.expose))
+        return Isolation(network=options.network, uid=options.uid, expose=tuple(options.expose),
+                         devices=tuple(options.devices))
 
     def available(self) -> bool:
         """Whether the scheduler may place work here now (issue 7: an SSH host that is down may not)."""

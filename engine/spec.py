@@ -582,12 +582,13 @@ class ProcessOptions(SpecModel):
 
     network: Literal["none", "host"] = "host"  # host: agents can install packages; none: loopback only
     expose: list[Text] = Field(default_factory=list)  # extra absolute host paths, seen read-only
+    devices: list[Text] = Field(default_factory=list)  # device nodes (or a driver's folder) passed through read-write, as /dev/nvidia* are
     uid: Annotated[int, Strict(), AfterValidator(_at_least(1))] = 65534  # commands' uid when resenv is root
 
     @classmethod
     def _rules(cls, data: dict[Any, Any], context: Any) -> list[_Problem]:
-        return [_Problem(("expose", index), "must be an absolute path")
-                for index, path in enumerate(data.get("expose") or [])
+        return [_Problem((key, index), "must be an absolute path")
+                for key in ("expose", "devices") for index, path in enumerate(data.get(key) or [])
                 if isinstance(path, str) and not path.startswith("/")]
 
 

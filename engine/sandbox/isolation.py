@@ -52,6 +52,7 @@ class Isolation:
     network: str = "host"  # "host" | "none"
     uid: int = NOBODY  # the uid (and gid) commands run as when the engine is root
     expose: tuple[str, ...] = ()  # extra host paths seen read-only
+    devices: tuple[str, ...] = ()  # extra device nodes (or a driver's folder) passed through read-write
     bwrap: str = field(default_factory=lambda: shutil.which("bwrap") or "bwrap")
 
     @property
@@ -90,11 +91,14 @@ class Isolation:
         # A path inside another bound one is seen already (and a mount point cannot be made in it).
         ro = [path for path in ro if not any(other in path.parents for other in ro)]
         rw = [workdir, *writable]
-        out += _traversable_parents([*ro, *rw])
+        devices = [Path(device) for device in self.devices]
+        out += _traversable_parents([*ro, *rw, *devices])
         for path in ro:
             out += ["--ro-bind", str(path), str(path)]
         for path in rw:
             out += ["--bind", str(path), str(path)]
+        for device in devices:
+            out += ["--dev-bind-try", str(device), str(device)]
         out += ["--chdir", str(cwd), "--"]
         if self.drops_to_uid:
             out += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",

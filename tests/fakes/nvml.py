@@ -70,6 +70,9 @@ class FakeDriverDir:
     def __init__(self, root: Path, gpus: int | None = 2) -> None:
         self.root = Path(root)
         (self.root / "contexts").mkdir(parents=True, exist_ok=True)
+        # Writable by every uid, as /dev/nvidia* are: a sandbox's unprivileged uid creates contexts too.
+        (self.root / "contexts").chmod(0o1777)
+        self.root.chmod(0o755)
         if gpus is not None:  # None: a "machine" whose driver is not loaded
             (self.root / "gpus").write_text(f"{gpus}\n")
 
@@ -90,6 +93,9 @@ class FakeDriverDir:
             "import os as _os\n"
             "_visible = [int(i) for i in _os.environ.get('CUDA_VISIBLE_DEVICES', '').split(',') if i.strip()]\n"
             "if _visible:\n"
-            f"    with open({str(self.root / 'contexts')!r} + '/' + str(_os.getpid()), 'a') as _ctx:\n"
+            # The pid as the real driver reports it is the engine's view of it: inside a sandbox's pid
+            # namespace the process knows only its own number there, so it names the namespace too.
+            "    _ns = _os.readlink('/proc/self/ns/pid').split('[')[-1].rstrip(']')\n"
+            f"    with open({str(self.root / 'contexts')!r} + f'/ns-{{_ns}}-{{_os.getpid()}}', 'a') as _ctx:\n"
             f"        _ctx.write(f\"{{_visible[int(_os.environ.get('LOCAL_RANK', '0'))]}} {mib}\\n\")\n"
         )

@@ -7,7 +7,9 @@ The engine loads this file in place of ``pynvml`` only when ``RESENV_FAKE_PYNVML
 * ``gpus`` holds the number of GPUs; without it ``nvmlInit`` fails as NVML does without a driver.
 * ``contexts/<pid>``: the process ``pid`` "holds a CUDA context", one line ``<gpu index> <MiB>`` per
   GPU. A test's entrypoint writes its own file (see :meth:`tests.fakes.nvml.FakeDriverDir.hold_context`),
-  as a real CUDA program creates a context; one that runs on the CPU writes nothing.
+  as a real CUDA program creates a context; one that runs on the CPU writes nothing. A process in a pid
+  namespace (a sandbox) names its file ``ns-<namespace inode>-<pid there>``, and is listed by its pid
+  in this process's view, as the real driver lists it.
 
 As the real driver does, only processes that are alive are listed (a context dies with its process),
 and ``nvmlDeviceGetComputeRunningProcesses`` returns objects with ``pid`` and ``usedGpuMemory`` in
@@ -50,11 +52,31 @@ def alive(pid: int) -> bool:
     return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
 
 
+def _host_pid(namespace: str, inner: int) -> int | None:
+    """The pid, as this process sees it, of the process numbered `inner` in pid namespace `namespace`."""
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{name}/ns/pid") != f"pid:[{namespace}]":
+                continue
+            status = Path(f"/proc/{name}/status").read_text()
+        except OSError:
+            continue
+        for line in status.splitlines():
+            if line.startswith("NSpid:") and line.split()[-1] == str(inner):
+                return int(name)
+    return None
+
+
 def live_contexts(root: Path) -> list[tuple[int, int, float]]:
     """(pid, gpu, MiB) of every registered context whose process is alive."""
     found = []
     for entry in sorted((root / "contexts").glob("*")):
-        if not entry.name.isdigit() or not alive(int(entry.name)):
+        pid: int | None = int(entry.name) if entry.name.isdigit() else None
+        if entry.name.startswith("ns-") and len(parts := entry.name.split("-")) == 3 and parts[2].isdigit():
+            pid = _host_pid(parts[1], int(parts[2]))
+        if pid is None or not alive(pid):
             continue
         try:
             text = entry.read_text()
@@ -63,7 +85,7 @@ def live_contexts(root: Path) -> list[tuple[int, int, float]]:
         for line in text.splitlines():
             parts = line.split()
             if len(parts) == 2 and parts[0].isdigit():
-                found.append((int(entry.name), int(parts[0]), float(parts[1])))
+                found.append((pid, int(parts[0]), float(parts[1])))
     return found
 
 

@@ -88,6 +88,17 @@ VENV_AGENT = """\
 && printf '{{{{"python_path": "%s", "python_version": null, "gpu_count": null}}}}' {{env}}/bin/python > {{report}}"""
 
 NO_GPU_HOST = "h: {kind: local, slots: 2, gpus: 0}\n"
+
+
+def local_host(gpus: str, slots: int = 2, *, expose: tuple[str, ...] = (), devices: tuple[str, ...] = ()) -> str:
+    """A local host whose sandboxes also see `expose` (a shared test venv, read-only) and `devices`
+    (the fake GPU driver's folder, read-write, as /dev/nvidia* are)."""
+    process = f", process: {{expose: [{', '.join(expose)}], devices: [{', '.join(devices)}]}}"
+    return f"h: {{kind: local, slots: {slots}, gpus: {gpus}{process}}}\n"
+
+
+def torch_root(torch_python: str) -> str:
+    return str(Path(torch_python).parent.parent)
 CPU_ONLY = "{single_gpu: cpu only, multi_gpu: cpu only}"
 
 
@@ -135,6 +146,7 @@ def test_unbuilt_native_extension_fails_as_native_extension(tmp_path, cli_env):
 def torch_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     """One venv with the CPU build of torch 2.13.0 (from local disk on this kind of machine)."""
     root = tmp_path_factory.mktemp("torch-env")
+    root.chmod(0o755)  # shown read-only to the sandboxes, whose unprivileged uid must be able to enter it
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
     install = subprocess.run([str(root / "bin" / "pip"), "install", "-q", "torch==2.13.0"], capture_output=True, text=True)
     assert install.returncode == 0, install.stderr[-2000:]
@@ -163,7 +175,7 @@ def test_lies_are_caught_exactly_and_honest_nulls_are_not(tmp_path, cli_env, tor
         {"r": {"files": {"main.py": "import torch\nprint(torch.ones(2).sum())\n"},
                "entrypoints": 'cpu: {command: "{python} main.py"}', "not_applicable": CPU_ONLY}},
         {"liar": report_agent(liar), "badpath": report_agent(bad_path), "honest": report_agent(honest)},
-        NO_GPU_HOST,
+        local_host("0", expose=(torch_root(torch_python),)),
     )
     run = resenv("run", str(bench), "--agent", "liar", "--agent", "badpath", "--agent", "honest", "--tiers", "C5",
                  "--display", "none", env=cli_env, cwd=tmp_path, timeout=300)
@@ -198,7 +210,7 @@ def test_c4_launcher_runs_torchrun_on_gloo_and_audits_the_ddp_claim(tmp_path, cl
          "ddp-broken": {"files": {"ddp.py": "import sys; sys.exit(7)\n"}, "entrypoints": entrypoints,
                         "not_applicable": "{single_gpu: DDP only}"}},
         {"claims-ddp": report_agent({"python_path": torch_python, "ddp_expected_ok": True})},
-        "h: {kind: local, slots: 1, gpus: [0, 1]}\n",
+        local_host("[0, 1]", slots=1, expose=(torch_root(torch_python),), devices=(str(driver.root),)),
     )
     run = resenv("run", str(bench), "--tiers", "C4,C5", "--display", "none", env=cli_env, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr
@@ -257,7 +269,7 @@ def test_gpu_tiers_pass_only_with_the_drivers_word_that_the_entrypoint_used_ever
     driver = FakeDriverDir(tmp_path / "fake-driver", gpus=2)
     cli_env.update(driver.engine_env())
     bench = write_suite(tmp_path, gpu_repos(driver), {"honest": report_agent({"python_path": sys.executable})},
-                        "h: {kind: local, slots: 2, gpus: [0, 1]}\n")
+                        local_host("[0, 1]", devices=(str(driver.root),)))
     run = resenv("run", str(bench), "--tiers", "C3,C4", "--display", "none", env=cli_env, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr
     found = {repo: tiers for (repo, _), tiers in results(Path(cli_env["RESENV_DB"])).items()}
@@ -294,7 +306,7 @@ def test_a_host_whose_gpu_processes_cannot_be_seen_is_infra_not_a_pass(tmp_path,
     cli_env.update(driver.engine_env())
     repos = {repo: spec for repo, spec in gpu_repos(driver).items() if repo in ("uses-gpu", "crashes")}
     bench = write_suite(tmp_path, repos, {"honest": report_agent({"python_path": sys.executable})},
-                        "h: {kind: local, slots: 2, gpus: [0]}\n")
+                        local_host("[0]", devices=(str(driver.root),)))
     run = resenv("run", str(bench), "--tiers", "C3", "--display", "none", env=cli_env, cwd=tmp_path, timeout=300)
     assert run.returncode == 0, run.stderr
     found = {repo: tiers for (repo, _), tiers in results(Path(cli_env["RESENV_DB"])).items()}
