@@ -67,7 +67,11 @@ def judge(tmp_path: Path, cli_env: dict[str, str], target: dict, move: str, *, p
         script = tmp_path / f"agent-{name}.sh"
         script.write_text(HEAD.replace("{python}", python) + body + TAIL)
         agents[name] = f"sh {script} {{repo}} {{env}} {{workdir}} {{report}}"
-    bench = write_suite(tmp_path, {"target": target}, agents, "h: {kind: local, slots: 2, gpus: 0}\n")
+    # The sandboxes see the system's folders and resenv's own Python; another interpreter's installation
+    # is shown to them read-only, as a host's `expose:` would.
+    prefix = Path(python).parent.parent
+    bench = write_suite(tmp_path, {"target": target}, agents,
+                        f"h: {{kind: local, slots: 2, gpus: 0, process: {{expose: [{prefix}]}}}}\n")
     done = resenv("run", str(bench), "--agent", "honest", "--agent", "attack", "--tiers", tiers,
                   "--display", "none", env=cli_env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
