@@ -17,6 +17,7 @@ import gzip
 import io
 import json
 import os
+import posixpath
 import shlex
 import shutil
 import tarfile
@@ -39,8 +40,10 @@ class Mirror:
 
 
 def under(root: Path, host_path: str) -> Path:
-    """`host_path` (absolute on the host) as it lies under the mirror `root`."""
-    return root / host_path.lstrip("/")
+    """`host_path` (absolute on the host) as it lies under the mirror `root`; its ``..`` components are
+    resolved first (at the host's root they stay there), so a recorded search path such as
+    ``/../../x`` cannot point pyright at the engine machine's own folders."""
+    return root / posixpath.normpath("/" + host_path).lstrip("/")
 
 
 def _replay_script(answers: Path) -> str:

@@ -168,3 +168,11 @@ def test_not_a_gzip_is_a_tar_error(tmp_path: Path) -> None:
         build_mirror(b"this is no archive", tmp_path / "m")
     with pytest.raises(tarfile.TarError):
         build_mirror(archive(member("root/env/x.py", os.urandom(5000)))[:3000], tmp_path / "m")
+
+
+def test_a_recorded_path_with_dot_dots_stays_under_the_mirror() -> None:
+    from resenv.probes.mirror import under
+
+    root = Path("/mirror/root")
+    for recorded in ("/../../etc", "/usr/lib/../../../../home", "//x/./../y"):
+        assert root in under(root, recorded).parents
