@@ -10,6 +10,7 @@ files after a crash can add exactly what is missing.
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import time
 from collections.abc import Awaitable, Callable
@@ -423,10 +424,26 @@ def command_files(argv: list[str], workdir: Path) -> list[Path]:
     out: list[Path] = []
     for word in words:
         path = Path(word)
-        if path.is_absolute() and path_exists(path) and path != workdir and workdir not in path.parents \
-                and path not in workdir.parents and path != Path("/") and path not in out:
-            out.append(path)
+        if path.is_absolute() and path_exists(path):
+            for shown in installation_of(path):
+                if shown != workdir and workdir not in shown.parents and shown not in workdir.parents \
+                        and shown != Path("/") and shown not in out:
+                    out.append(shown)
     return out
+
+
+def installation_of(program: Path) -> list[Path]:
+    """A configured program and what it runs from: the file its links lead to, and the ``node_modules``
+    folder it was installed into (an npm CLI's entry point is a link into a package that loads its
+    siblings)."""
+    found = [program]
+    real = Path(os.path.realpath(program))
+    if real != program:
+        found.append(real)
+    for path in (program, real):
+        if "node_modules" in path.parts[:-1]:
+            found.append(Path(*path.parts[: path.parts.index("node_modules") + 1]))
+    return found
 
 
 def read_excerpt(path: Path) -> tuple[str, str, int, int]:

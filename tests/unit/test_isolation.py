@@ -43,3 +43,14 @@ def test_a_configured_command_shows_its_own_files_and_survives_long_words(tmp_pa
     work = tmp_path / "work"
     found = command_files(["sh", "-c", f"python3 -c \"{'x' * 600}\" {script} {work}/repo db={tmp_path}"], work)
     assert found == [script]
+
+
+def test_an_npm_cli_shows_its_whole_node_modules_folder(tmp_path: Path) -> None:
+    package = tmp_path / "agents" / "node_modules" / "@x" / "cli"
+    (package / "bin").mkdir(parents=True)
+    (package / "bin" / "cli.js").write_text("")
+    link = tmp_path / "agents" / "node_modules" / ".bin" / "cli"
+    link.parent.mkdir()
+    link.symlink_to("../@x/cli/bin/cli.js")
+    found = command_files([str(link)], tmp_path / "work")
+    assert tmp_path / "agents" / "node_modules" in found and package / "bin" / "cli.js" in found
