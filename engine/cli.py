@@ -21,6 +21,7 @@ from .display import NoDisplay, PlainDisplay
 from .cliload import load_for_cli
 from .paths import absolute, default_data_dir, default_db
 from .runs import RunPlan, create_run
+from .sandbox.isolation import IsolationUnavailable, check_available
 from .scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
 from .spec import SpecLookupError
 from .secrets import load_secrets
@@ -168,6 +169,7 @@ def run(
                 raise click.ClickException(str(error)) from error
             return
         _check_secrets(bench, plan.agents)
+        _check_sandboxes(bench, plan.hosts)
         try:
             run_id = create_run(bench, plan, db, absolute(data_dir) if data_dir else default_data_dir())
         except SpecLookupError as error:
@@ -186,6 +188,18 @@ def run(
         raise click.ClickException(str(error)) from error
     if state == "interrupted":
         sys.exit(130)
+
+
+def _check_sandboxes(bench: Any, hosts: list[str]) -> None:
+    """Refuse to start when a local host's default sandbox cannot isolate: a setup error, not jobs to fail."""
+    for name in hosts:
+        spec = bench.hosts.get(name)
+        if getattr(spec, "kind", None) == "local" and getattr(spec, "sandbox", None) == "process":
+            try:
+                check_available()
+            except IsolationUnavailable as error:
+                raise click.ClickException(f"host {name}: {error}") from error
+            return
 
 
 def _check_secrets(bench: Any, agents: list[str]) -> None:

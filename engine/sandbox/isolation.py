@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,6 +44,23 @@ NOBODY = 65534
 
 class IsolationUnavailable(Exception):
     """bubblewrap is missing or cannot make namespaces on this machine (one clear line)."""
+
+
+def check_available(bwrap: str | None = None) -> None:
+    """Raise IsolationUnavailable unless bubblewrap can make a namespace here (asked once per run,
+    before anything starts: otherwise every job would fail the same way)."""
+    program = bwrap or shutil.which("bwrap")
+    hint = "or set `sandbox: unsafe-process` on the host (see README, The sandbox)"
+    if program is None:
+        raise IsolationUnavailable(f"bubblewrap is not installed (apt-get install bubblewrap), {hint}")
+    try:
+        done = subprocess.run([program, "--ro-bind", "/", "/", "--unshare-pid", "--proc", "/proc", "--dev", "/dev",
+                               "true"], capture_output=True, text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.SubprocessError) as error:
+        raise IsolationUnavailable(f"bubblewrap cannot run here ({error}), {hint}") from error
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1]
+        raise IsolationUnavailable(f"bubblewrap cannot make a namespace here ({why}), {hint}")
 
 
 @dataclass(frozen=True)

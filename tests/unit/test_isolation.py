@@ -54,3 +54,15 @@ def test_an_npm_cli_shows_its_whole_node_modules_folder(tmp_path: Path) -> None:
     link.symlink_to("../@x/cli/bin/cli.js")
     found = command_files([str(link)], tmp_path / "work")
     assert tmp_path / "agents" / "node_modules" in found and package / "bin" / "cli.js" in found
+
+
+def test_a_bubblewrap_that_cannot_make_namespaces_is_one_clear_line(tmp_path: Path) -> None:
+    import pytest
+
+    from resenv.engine.sandbox.isolation import IsolationUnavailable, check_available
+
+    broken = tmp_path / "bwrap"
+    broken.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    with pytest.raises(IsolationUnavailable, match="No permissions to create new namespace.*unsafe-process"):
+        check_available(str(broken))
