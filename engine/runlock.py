@@ -89,8 +89,11 @@ def _alive(record: dict) -> bool:
     pid = record.get("pid")
     if not isinstance(pid, int):
         return False
-    if record.get("host") != platform.node():
-        return True
+    return record.get("host") != platform.node() or pid_exists(pid)
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether a process with this PID exists on this machine (one we may not signal does)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -226,7 +226,7 @@ class Engine:
                     self.writer.start()
                     state = await self._execute()
                 finally:
-                    await stop_fleet(self)  # issue 7
+                    await stop_fleet(self)  # ssh hosts' connections and telemetry
                     await self.writer.close()
             except (StoreFailure, sqlite3.Error, OSError) as error:
                 failure = self._as_failure(error)
@@ -270,7 +270,7 @@ class Engine:
         self._load()
         self._refuse_without_secrets()
         await self._claim()
-        self.fleet = await start_fleet(self)  # issue 7: ssh hosts, host up/down, GPU telemetry
+        self.fleet = await start_fleet(self)  # ssh hosts, host up/down, GPU telemetry
         await self._recover()
         self.pending.extend(job_id for job_id, job in self.jobs.items() if job["state"] == "queued")
         # Controls sent while no engine ran (a retry of a finished job, say) apply before dispatch.

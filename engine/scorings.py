@@ -16,12 +16,13 @@ function (as `runref.find_run` does).
 from __future__ import annotations
 
 import json
-import os
 import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from .runlock import pid_exists
 
 Rows = Callable[[str, tuple[Any, ...]], list[dict[str, Any]]]
 
@@ -155,14 +156,7 @@ def holder_alive(pid: int | None, host: str | None, heartbeat_at: float | None, 
     fresh and, when it ran on this machine, its PID exists."""
     if heartbeat_at is None or time.time() - heartbeat_at > stale_after_s:
         return False
-    if host == platform.node() and pid:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-    return True
+    return not (host == platform.node() and pid) or pid_exists(pid)
 
 
 def live_rescore(rows: Rows, run_id: str, stale_after_s: float) -> dict[str, Any] | None:

@@ -52,9 +52,9 @@ SIGNAL_SWEEPS = 50  # at most this many scans of a namespace per signal (each fi
 KILL_WAIT_S = 5.0  # how long to wait for a SIGKILLed group to vanish before giving up (and logging)
 
 
-def _group_members(pgid: int) -> list[int]:
-    """PIDs of the live (non-zombie) processes in a process group, read from /proc."""
-    members = []
+def _live_processes() -> list[tuple[int, int, int]]:
+    """(pid, ppid, pgrp) of every live (non-zombie) process, read from /proc in one pass."""
+    found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -65,25 +65,21 @@ def _group_members(pgid: int) -> list[int]:
             continue
         # "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
         fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 3 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
-            members.append(int(name))
-    return members
+        if len(fields) >= 3 and fields[0] not in (b"Z", b"X"):
+            found.append((int(name), int(fields[1]), int(fields[2])))
+    return found
+
+
+def _group_members(pgid: int) -> list[int]:
+    """PIDs of the live (non-zombie) processes in a process group."""
+    return [pid for pid, _, group in _live_processes() if group == pgid]
 
 
 def _children_map() -> dict[int, list[int]]:
-    """Each live process's children, read from /proc in one pass."""
+    """Each live process's children."""
     children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 2 and fields[0] not in (b"Z", b"X"):
-            children.setdefault(int(fields[1]), []).append(int(name))
+    for pid, ppid, _ in _live_processes():
+        children.setdefault(ppid, []).append(pid)
     return children
 
 

@@ -162,7 +162,7 @@ def test_a_doctored_pristine_copy_is_never_judged_on(tmp_path, cli_env):
               "entrypoints": 'cpu: {command: "{python} main.py"}', "not_applicable": NOT_APPLICABLE}
     python = os.path.realpath(sys.executable)
     doctor = tmp_path / "doctor.sh"
-    doctor.write_text(textwrap.dedent(f"""\
+    doctor.write_text(textwrap.dedent("""\
         set -e
         WD=$1
         P=$(cd "$WD/../../../../pristine" && pwd)/r.git

@@ -16,6 +16,7 @@ import pytest
 
 from ..conftest import RESENV, resenv
 from ..integration.test_pyramid import write_suite
+from .test_sandbox_escape import wait_for
 
 pytestmark = pytest.mark.skipif(subprocess.run(["sh", "-c", "command -v bwrap"], capture_output=True).returncode,
                                 reason="bubblewrap is installed by .ci/run")
@@ -28,13 +29,6 @@ PLAIN = {"files": {"main.py": "print('ran')\n"}, "entrypoints": 'cpu: {command: 
 def host(mode: str = "process", slots: int = 2, extra: str = "") -> str:
     return f"h: {{kind: local, slots: {slots}, gpus: 0, sandbox: {mode}{extra}}}\n"
 
-
-def wait_for(condition, what: str, limit: float = 300.0) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 def test_a_colon_in_python_path_binds_no_host_path_into_the_probes(tmp_path, cli_env):
     """The probes put the reported interpreter's folder first on PATH, and the sandbox binds every
