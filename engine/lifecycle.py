@@ -330,6 +330,9 @@ class JobAttempt:
             "returncode": result.returncode, "timed_out": result.timed_out,
             "seconds": round(result.active_s, 4), **summary,
         })
+        if (failure := session.failure()) is not None:
+            # The hosted model failed, not the agent: nothing to judge, and the attempt is retried.
+            raise AttemptError(failure, "model_api")
 
     async def _teardown(self) -> None:
         started = time.time()

@@ -9,6 +9,9 @@ Lines become events in the store only as far as the attempt's **output budget** 
   and its index entries take beyond the JSON);
 * **tail**: after that each stream of each command keeps its last ``tail_bytes`` of lines in memory
   (as the events they will be) and stores them when the command ends;
+* lines an agent's parser makes no event of (an API's streaming deltas, whose content the agent's
+  next lines repeat whole) are only in the raw log, counted in one ``omitted`` event per stream
+  when the command ends;
 * everything in between is **only in the raw log**: an ``omitted`` event per stream says how many
   lines and bytes (and which line numbers) were left out. While a flood goes on a progress count
   (``final: false``) is stored at most every `PROGRESS_S`; the ``final: true`` one comes when the
@@ -164,9 +167,15 @@ class _StreamGate:
         self.last: int | None = None
         self.busy_lines = 0  # of those, left out because the store was behind (not the budget)
         self.next_progress = time.monotonic() + PROGRESS_S
+        self.quiet_lines = 0  # lines the parser made no event of (an API stream's deltas): raw log only
+        self.quiet_bytes = 0
 
     def offer(self, line: OutputLine, events: list[dict[str, Any]] | None) -> None:
         owner, budget = self.owner, self.owner.budget
+        if events is not None and not events:
+            self.quiet_lines += 1
+            self.quiet_bytes += line.nbytes + 1
+            return
         if not self.ring and budget.open:
             owner.store(line, events, head=True)
             return
@@ -205,6 +214,11 @@ class _StreamGate:
 
     def finish(self) -> None:
         budget = self.owner.budget
+        if self.quiet_lines:
+            self.owner.budget.sink.emit("omitted", {
+                "log": self.owner.log, "stream": self.stream, "lines": self.quiet_lines, "bytes": self.quiet_bytes,
+                "final": True, "reason": "no event: the parser keeps such lines (streaming deltas) in the raw log only",
+            } | self.owner.extra)
         if self.lines:
             self._count(final=True)
             budget.omitted_lines += self.lines

@@ -633,7 +633,7 @@ class Engine:
             job_state = "queued"
             if stop == "retry":
                 self.pending.append(job["id"])
-        elif outcome.state == "error" and outcome.category == "infra" and self._may_retry_infra(job):
+        elif outcome.state == "error" and outcome.category in ("infra", "model_api") and self._may_retry_infra(job):
             job_state = "queued"
             self.requeue_after[job["id"]] = time.monotonic() + self.bench.defaults.retries.backoff_s * job["attempts"]
         else:

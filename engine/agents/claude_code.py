@@ -1,26 +1,35 @@
 """The `claude-code` agent: Claude Code's CLI in print mode, read from its stream-json output.
 
-Command: ``claude -p --output-format stream-json --verbose --permission-mode <mode> [--model M]
-[--max-turns N] [args...]`` with the prompt on stdin (then closed), in the job's work dir.
-The sandbox gives it a private HOME, so its settings, sessions and caches stay in the job.
+Command: ``claude -p --output-format stream-json --verbose --include-partial-messages
+--permission-mode <mode> [--model M] [--max-turns N] [args...]`` with the prompt on stdin (then
+closed), in the job's work dir. The sandbox gives it a private HOME, so its settings and caches stay
+in the job.
 
 The stream (one JSON object per line; parsed as JSON, never by line prefixes):
 
 * ``system``: ``init`` (session id, model, tools, CLI version) → ``session``; ``api_retry``
-  (attempt, max_retries, error_status, error) → ``error`` with ``retry: true``;
-  ``permission_denied`` → ``error`` ``permission_denied``; other subtypes (background tasks,
-  thinking estimates…) → ``status``.
+  (attempt, max_retries, error_status, error) → a model-API ``error`` with ``retry: true`` (see
+  `api_errors`); ``permission_denied`` → ``error`` ``permission_denied``; other subtypes
+  (``status: requesting`` before each model request, background tasks, thinking estimates…) →
+  ``status``.
 * ``assistant``: one line per content block (``text``, ``thinking``, ``redacted_thinking``,
   ``tool_use``), all blocks of one API message sharing ``message.id`` and its ``usage``. The
   usage rides on the event with the message id; the session counts each id once. Its
-  ``output_tokens`` is a streaming placeholder: the final counts come from ``result``. A synthetic
-  message (``model: "<synthetic>"``, ``is_api_error_message``) is the CLI telling an API error.
+  ``output_tokens`` is a streaming placeholder. A message with ``is_api_error_message`` is the CLI
+  telling a model-API failure (fatal); any other ``<synthetic>`` message is text the CLI wrote
+  itself (``message`` with ``synthetic: true``).
+* ``stream_event`` (``--include-partial-messages``): the API's own streaming events, each with
+  ``api_message_id``; ``message_start`` (input counts) and ``message_delta`` (the message's final
+  output count) → ``usage`` with scope ``message``, so a stopped or cut stream is counted exactly
+  and a budget sees a message's cost as soon as it ends; content deltas → nothing (the assistant
+  lines carry the whole blocks).
 * ``user``: ``tool_result`` blocks → ``tool_result`` (exit code from the Bash tool's
   ``Exit code N`` or 0 on success, ``denied`` when a permission check rejected the call).
 * ``result``: the process's running totals (``usage``, ``modelUsage`` per model with ``costUSD``,
   ``total_cost_usd``), ``subtype`` (``success``, ``error_max_turns``,
   ``error_during_execution``…), ``is_error`` (true even with subtype ``success`` when the run ended
-  on an API error), ``num_turns``, ``duration_ms``, ``permission_denials`` → ``completion``.
+  on an API error; then ``terminal_reason: api_error`` and ``api_error_status``: the completion gets
+  an ``api_error``), ``num_turns``, ``duration_ms``, ``permission_denials`` → ``completion``.
 
 A run without a ``result`` line is incomplete (the session records it); a process that lingers
 after ``result`` is killed after `completion_grace_s`.
@@ -45,6 +54,7 @@ from .transcript import (
     tail,
     unknown,
 )
+from .api_errors import api_error, claude_kind
 from .usage import from_anthropic, from_claude_model_usage
 
 _EXIT_CODE = re.compile(r"^(?:Error: )?Exit code (-?\d+)\b")
@@ -70,7 +80,7 @@ class ClaudeCodeAgent(CliAgent):
 
     def argv(self, paths: JobPaths) -> list[str]:
         argv = [self.spec.executable, "-p", "--output-format", "stream-json", "--verbose",
-                "--permission-mode", self.spec.permission_mode]
+                "--include-partial-messages", "--permission-mode", self.spec.permission_mode]
         if self.spec.model:
             argv += ["--model", self.spec.model]
         if self.spec.max_turns:
@@ -95,6 +105,8 @@ def parse_claude_line(line: OutputLine) -> list[dict[str, Any]]:
     if handler is None:
         return [unknown(line.text, f"type {kind!r}")]
     events = handler(data)
+    if not events and kind == "stream_event":
+        return events  # a content delta: nothing to keep beyond the raw log
     return events if events else [unknown(line.text, "no content")]
 
 
@@ -108,9 +120,9 @@ def _system(data: dict[str, Any]) -> list[dict[str, Any]]:
                  "tools": [str(t) for t in tools][:200]}]
     if subtype == "api_retry":
         status = as_int(data.get("error_status"))
-        return [{"type": "error", "category": "api_retry", "status": status, "retry": True, "fatal": False,
-                 "attempt": as_int(data.get("attempt")), "max_retries": as_int(data.get("max_retries")),
-                 "retry_delay_ms": data.get("retry_delay_ms"), "message": str(data.get("error") or "")[:2000]}]
+        return [api_error(claude_kind(status, data.get("error")), status, str(data.get("error") or ""), retry=True,
+                          fatal=False, attempt=as_int(data.get("attempt")), max_retries=as_int(data.get("max_retries")),
+                          retry_delay_ms=data.get("retry_delay_ms"))]
     if subtype == "permission_denied":
         return [{"type": "error", "category": "permission_denied", "retry": False, "fatal": False,
                  "tool": data.get("tool_name"), "id": data.get("tool_use_id"),
@@ -130,10 +142,15 @@ def _assistant(data: dict[str, Any]) -> list[dict[str, Any]]:
     common: dict[str, Any] = {}
     if data.get("parent_tool_use_id"):
         common["parent_id"] = data["parent_tool_use_id"]
-    if data.get("is_api_error_message") or model == "<synthetic>":
-        text = " ".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
-        return [{"type": "error", "category": "api_error", "status": as_int(data.get("api_error_status")),
-                 "error": data.get("error"), "retry": False, "fatal": True, "message": text[:2000], **common}]
+    text_blocks = [b for b in content if isinstance(b, dict) and b.get("type") == "text"]
+    if data.get("is_api_error_message"):
+        status = as_int(data.get("api_error_status"))
+        text = " ".join(str(b.get("text", "")) for b in text_blocks)
+        return [api_error(claude_kind(status, data.get("api_error"), data.get("error")), status, text, retry=False,
+                          fatal=True, error=data.get("error"), **common)]
+    if model == "<synthetic>":  # a message the CLI wrote itself ("No response requested."): no model spoke
+        return [{"type": "message", **head(" ".join(str(b.get("text", "")) for b in text_blocks)),
+                 "synthetic": True, **common}]
     usage = message.get("usage") if isinstance(message.get("usage"), dict) else None
     if usage is not None and isinstance(message_id, str):
         common["message_id"] = message_id
@@ -249,6 +266,10 @@ def _result(data: dict[str, Any]) -> list[dict[str, Any]]:
         event["result"] = head(data["result"], 4000)["text"]
     if data.get("api_error_status") is not None:
         event["api_error_status"] = data.get("api_error_status")
+    if is_error and data.get("terminal_reason") == "api_error":
+        status = as_int(data.get("api_error_status"))
+        event["api_error"] = {"api_kind": claude_kind(status), "status": status,
+                              "message": str(data.get("result") or "")[:2000]}
     if isinstance(data.get("errors"), list):
         event["errors"] = [str(e)[:500] for e in data["errors"][:20]]
     denials = data.get("permission_denials")
@@ -271,12 +292,37 @@ def _quiet(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"type": "status", "subtype": str(data.get("type"))}]
 
 
+def _stream_event(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """A raw API streaming event (``--include-partial-messages``). Only the usage is read: the
+    ``assistant`` lines repeat every content block whole, so deltas would only bloat the store (the
+    raw log keeps them). ``message_start`` has the input counts; ``message_delta`` the final output
+    count, which the ``assistant`` lines never get (theirs is a placeholder of 1), and it comes
+    before the tools run, so a budget can stop the agent before its next request."""
+    event = data.get("event") if isinstance(data.get("event"), dict) else {}
+    kind = event.get("type")
+    if kind == "message_start" and isinstance(event.get("message"), dict):
+        message = event["message"]
+        message_id, usage = message.get("id"), message.get("usage")
+        model = message.get("model")
+    elif kind == "message_delta":
+        message_id, usage, model = data.get("api_message_id"), event.get("usage"), None
+    else:
+        return []
+    if not isinstance(message_id, str) or not isinstance(usage, dict):
+        return [{"type": "status", "subtype": f"stream_event.{kind}"}]
+    out: dict[str, Any] = {"type": "usage", "scope": "message", "message_id": message_id, "model": model,
+                           "stage": kind, **from_anthropic(usage).as_dict()}
+    if data.get("parent_tool_use_id"):
+        out["parent_id"] = data["parent_tool_use_id"]
+    return [out]
+
+
 _HANDLERS = {
     "system": _system,
     "assistant": _assistant,
     "user": _user,
     "result": _result,
-    "stream_event": _quiet,  # only with --include-partial-messages
+    "stream_event": _stream_event,
     "keep_alive": _quiet,
     "control_request": _quiet,
     "control_response": _quiet,

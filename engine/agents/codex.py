@@ -19,7 +19,9 @@ The stream (one JSON object per line):
 * ``turn.completed`` → ``completion`` with the usage, which is the THREAD's running total (cached
   input inside input, reasoning inside output; fields absent in older versions count 0);
   ``turn.failed`` → ``completion`` with status ``error``;
-* a top-level ``error`` → ``error`` (``Reconnecting... n/m`` is a harmless retry);
+* a top-level ``error`` → ``error``: ``Reconnecting... n/m (why)`` is a retry, any other is fatal;
+  a why that names a model-API failure (a status, quota, 5xx, a broken stream) makes it a
+  model-API error (see `api_errors`), and ``turn.failed`` then carries ``api_error``;
 * the legacy envelope ``{"id": ..., "msg": {"type": ...}}`` of Codex < 0.44 (``agent_message``,
   ``agent_reasoning``, ``exec_command_begin|end``, ``patch_apply_begin|end``, ``token_count``,
   ``task_complete``, ``error``, ``stream_error``, ``session_configured``...).
@@ -28,11 +30,13 @@ Codex reports neither the model it used nor a cost: the model is the agent's ``m
 legacy ``session_configured`` model), and tokens are priced from ``defaults.prices``.
 
 Live usage: ``--json`` gives usage only when the turn ends (``turn.completed``), too late for a
-budget. Codex also writes its session log (``$CODEX_HOME/sessions/**/rollout-*.jsonl``) as it goes,
-with a ``token_count`` record after every model request carrying the thread's running total; the
-session tails that file (`live_usage_dir`, `parse_rollout_line`) so token and dollar budgets stop a
-Codex run between two requests. It is Codex's own log, read best-effort: when it is absent or its
-shape changes, usage still arrives with ``turn.completed``.
+budget. Codex also writes its session log (``$CODEX_HOME/sessions/**/rollout-*.jsonl``) as it goes:
+a ``token_usage_record`` as soon as each model response ends (the thread's running total, before
+the response's tool calls run) and an ``event_msg/token_count`` after them. The session tails that
+file (`live_usage_dir`, `parse_rollout_line`) so token and dollar budgets stop a Codex run between
+two requests, and a stream cut before ``turn.completed`` is still counted. It is Codex's own log,
+read best-effort: when it is absent or its shape changes, usage still arrives with
+``turn.completed``.
 
 Verified against Codex 0.169.0 (``tests/fixtures/streams/codex-*.jsonl``).
 """
@@ -49,6 +53,7 @@ from ..spec import render
 from .base import JobPaths
 from .llm import CliAgent
 from .transcript import as_int, compact_json, head, stdout_object, tail, unknown
+from .api_errors import api_error, codex_failure
 from .usage import from_openai
 
 
@@ -115,34 +120,57 @@ def parse_codex_line(line: OutputLine) -> list[dict[str, Any]]:
                  "usage": from_openai(usage).as_dict(), "usage_scope": "thread"}]
     if kind == "turn.failed":
         error = data.get("error") if isinstance(data.get("error"), dict) else {}
-        return [{"type": "completion", "status": "error", "subtype": "turn.failed", "is_error": True,
-                 "result": str(error.get("message") or "")[:4000]}]
+        message = str(error.get("message") or "")
+        event = {"type": "completion", "status": "error", "subtype": "turn.failed", "is_error": True,
+                 "result": message[:4000]}
+        failure = codex_failure(message)
+        if failure is not None:
+            event["api_error"] = {"api_kind": failure[0], "status": failure[1], "message": message[:2000]}
+        return [event]
     if kind == "error":
-        message = str(data.get("message") or "")
-        retry = message.startswith("Reconnecting")
-        return [{"type": "error", "category": "reconnect" if retry else "agent", "retry": retry,
-                 "fatal": False, "message": message[:2000]}]
+        return [_error(str(data.get("message") or ""))]
     if isinstance(kind, str) and kind.startswith("item.") and isinstance(data.get("item"), dict):
         return _item(kind.removeprefix("item."), data["item"], line.text)
     return [unknown(line.text, f"type {kind!r}")]
 
 
+def _error(message: str) -> dict[str, Any]:
+    """A top-level ``error``: ``Reconnecting... n/m (why)`` while Codex retries, else it gave up."""
+    retrying = message.startswith("Reconnecting")
+    failure = codex_failure(message)
+    if failure is not None:
+        return api_error(failure[0], failure[1], message, retry=retrying, fatal=not retrying)
+    return {"type": "error", "category": "reconnect" if retrying else "agent", "retry": retrying,
+            "fatal": not retrying, "message": message[:2000]}
+
+
 def parse_rollout_line(text: str) -> dict[str, Any] | None:
-    """A ``token_count`` record of Codex's session log as a cumulative ``usage`` event, else None."""
-    if '"token_count"' not in text:
+    """A usage record of Codex's session log as a cumulative ``usage`` event, else None.
+
+    ``token_usage_record`` is written as soon as a model response ends (``thread_token_usage``: the
+    thread's running total; ``response_id`` names the response); ``event_msg/token_count`` repeats
+    the total later, after the response's tool calls ran."""
+    if '"token_usage_record"' not in text and '"token_count"' not in text:
         return None
     try:
         record = json.loads(text)
     except ValueError:
         return None
     payload = record.get("payload") if isinstance(record, dict) else None
-    if not isinstance(payload, dict) or payload.get("type") != "token_count":
+    if not isinstance(payload, dict):
         return None
-    info = payload.get("info")
-    total = info.get("total_token_usage") if isinstance(info, dict) else None
+    if record.get("type") == "token_usage_record":
+        total = payload.get("thread_token_usage")
+        extra = {"response_id": payload.get("response_id")} if isinstance(payload.get("response_id"), str) else {}
+    elif payload.get("type") == "token_count":
+        info = payload.get("info")
+        total = info.get("total_token_usage") if isinstance(info, dict) else None
+        extra = {}
+    else:
+        return None
     if not isinstance(total, dict):
         return None
-    return {"type": "usage", "scope": "cumulative", "source": "rollout", **from_openai(total).as_dict()}
+    return {"type": "usage", "scope": "cumulative", "source": "rollout", **from_openai(total).as_dict(), **extra}
 
 
 def _item(phase: str, item: dict[str, Any], text: str) -> list[dict[str, Any]]:
@@ -263,9 +291,9 @@ def _legacy(msg: dict[str, Any], text: str) -> list[dict[str, Any]]:
         return [{"type": "completion", "status": "error", "subtype": "turn_aborted", "is_error": True,
                  "result": str(msg.get("reason") or "")}]
     if kind == "error":
-        return [{"type": "error", "category": "agent", "retry": False, "fatal": True,
-                 "message": str(msg.get("message") or "")[:2000]}]
+        return [_error(str(msg.get("message") or ""))]
     if kind == "stream_error":
-        return [{"type": "error", "category": "reconnect", "retry": True, "fatal": False,
-                 "message": str(msg.get("message") or "")[:2000]}]
+        message = str(msg.get("message") or "")
+        failure = codex_failure(message) or ("connection", None)
+        return [api_error(failure[0], failure[1], message, retry=True, fatal=False)]
     return [unknown(text, f"legacy msg type {kind!r}")]

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from ...probes.capture import read_head
 from ..sandbox.base import ExecResult, OutputLine
 from ..secrets import registry
+from .api_errors import describe, hopeless
 from .base import AgentCommand
 from .prompt import prompt_event, render_prompt
 from .transcript import unknown
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from ..lifecycle import JobAttempt
 
 USAGE_EVERY_S = 0.5
-LIVE_USAGE_POLL_S = 0.5
+LIVE_USAGE_POLL_S = 0.1  # a new usage record is seen this soon (a read of nothing new costs one stat)
 VERSION_TIMEOUT_S = 60.0
 FULL_LINE_MAX = 64 << 20  # a longer line is parsed from its first 16 KiB only
 VERSION_BYTES = 64 << 10  # of a CLI's --version output
@@ -86,6 +87,9 @@ class AgentSession:
         self._watcher: asyncio.Task | None = None
         self._warned: set[str] = set()
         self._full_lines = bool(getattr(adapter, "full_lines", True))  # False: the cut text is all it reads
+        self._rollout: _LogTail | None = None  # the agent's own session log, when it has one (Codex)
+        self.api_failure: dict[str, Any] | None = None  # the model-API failure the attempt ended on
+        self.budget_exceeded: str | None = None  # a budget the final totals broke after the agent finished
 
     # -- before ---------------------------------------------------------------------------------
     async def prepare(self) -> AgentCommand | None:
@@ -130,35 +134,26 @@ class AgentSession:
 
     async def _watch_usage(self, directory: Path) -> None:
         """Tail the agent's own session log for running usage totals (see codex.py)."""
-        path: Path | None = None
-        offset = 0
-        pending = b""
-        skipping = False
+        self._rollout = _LogTail(directory, (self.started_at or 0) - 1)
         while True:
-            try:
-                if path is None:
-                    path = _newest_log(directory, (self.started_at or 0) - 1)
-                if path is not None:
-                    with open(path, "rb") as handle:
-                        handle.seek(offset)
-                        data = handle.read(1 << 22)
-                    offset += len(data)
-                    pending += data
-                    *complete, pending = pending.split(b"\n")
-                    if skipping and complete:  # the end of a line too long to keep: not a line
-                        complete, skipping = complete[1:], False
-                    if len(pending) > FULL_LINE_MAX:  # a line without end is never held whole
-                        pending, skipping = b"", True
-                    for raw in complete:
-                        event = self.adapter.parse_rollout_line(raw.decode("utf-8", errors="replace"))
-                        if event is not None and self.completion is None:
-                            self.ledger.observe(event)
-                    self._after_change()
-                    if len(data) == 1 << 22:
-                        continue
-            except Exception:  # best-effort: the CLI's own log may vanish or change shape
-                pass
-            await asyncio.sleep(LIVE_USAGE_POLL_S)
+            more = self._read_rollout()
+            if not more:
+                await asyncio.sleep(LIVE_USAGE_POLL_S)
+
+    def _read_rollout(self) -> bool:
+        """Account the session log's new usage records; True when there may be more to read now."""
+        if self._rollout is None:
+            return False
+        try:
+            lines, more = self._rollout.read()
+            for text in lines:
+                event = self.adapter.parse_rollout_line(text)
+                if event is not None and self.completion is None:
+                    self.ledger.observe(event)
+        except Exception:  # best-effort: the CLI's own log may vanish or change shape
+            return False
+        self._after_change()
+        return more
 
     async def _record_version(self) -> None:
         version_argv = getattr(self.adapter, "version_argv", None)
@@ -218,11 +213,28 @@ class AgentSession:
         return OutputLine(line.stream, line.line_no, text, line.nbytes, False)
 
     def _observe(self, event: dict[str, Any]) -> None:
+        if event.get("type") == "error" and event.get("category") == "model_api":
+            self._api_error(event)
         if self.ledger.observe(event) and self.completion is None:
             self.completion = event
+            if isinstance(event.get("api_error"), dict) and event.get("status") != "success":
+                self.api_failure = self.api_failure or {"category": "model_api", "fatal": True, **event["api_error"]}
+            elif event.get("status") == "success":
+                self.api_failure = None  # whatever failed before, the agent got through
             grace = getattr(self.adapter, "completion_grace_s", None)
             if grace is not None and self._grace is None and not self.finished:
                 self._grace = asyncio.get_running_loop().call_later(grace, self._grace_expired, grace)
+
+    def _api_error(self, event: dict[str, Any]) -> None:
+        """A model-API error: the CLI gave up (fatal), or no retry can cure it (a refused key): the
+        attempt ends as an infrastructure failure, and a refused key stops the agent at once."""
+        if event.get("fatal") or hopeless(event):
+            self.api_failure = event
+        if hopeless(event) and not self.finished and self.stop_reason is None and self.completion is None:
+            self.stop_reason = "model_api"
+            self.sink.emit("agent_stopped", {"reason": "model_api", "status": event.get("status"),
+                                             "message": "the model API refused the key; retrying cannot help"})
+            self._kill()
 
     def _grace_expired(self, grace: float) -> None:
         if self.finished:
@@ -259,20 +271,28 @@ class AgentSession:
                 writer.execute(sql, params)
         usage: Usage = totals["usage"]
         self.sink.emit("usage", {"scope": "attempt", **usage.as_dict(), "tokens": totals["tokens"],
-                                 "cost_usd": round(totals["cost_usd"], 6), "models": totals["models"],
+                                 "cost_usd": None if totals["unpriced"] else round(totals["cost_usd"], 6),
+                                 "models": totals["models"],
                                  "run_cost_usd": round(self.run.total, 6)})
-        for model in totals["unpriced"]:
+        if self.budgets.dollars is not None or self.budgets.run_dollars is not None or self.finished:
+            self._warn_unpriced(totals["unpriced"])
+
+    def _warn_unpriced(self, models: list[Any]) -> None:
+        """Once per model: its cost is unknown (live only when a dollar budget needs it; else at the
+        end, when the CLI had its chance to report a cost)."""
+        for model in models:
             key = str(model)
             if key not in self._warned:
                 self._warned.add(key)
-                self.sink.emit("warning", {"message": f"no price for model {model!r} in defaults.prices and no "
-                                           "cost reported by the agent: its cost is unknown (counted as 0 "
-                                           "for dollar budgets)", "model": model})
+                when = "so far" if not self.finished else "in the end"
+                self.sink.emit("warning", {"message": f"no price for model {model!r} in defaults.prices or resenv's "
+                                           f"price table, and no cost reported by the agent {when}: its cost is "
+                                           "unknown (a dollar budget cannot see it)", "model": model})
 
     # -- budgets --------------------------------------------------------------------------------
     def _check_budgets(self, tokens: int, cost: float) -> None:
-        if self.stop_reason or self.finished:
-            return
+        if self.stop_reason or self.finished or self.completion is not None:
+            return  # a finished agent is never stopped: its final totals may still exceed a budget
         budgets = self.budgets
         if budgets.tokens is not None and tokens > budgets.tokens:
             self.stop("budget:tokens", budgets.tokens, tokens)
@@ -308,14 +328,22 @@ class AgentSession:
         self.run.sessions.discard(self)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        while self._read_rollout():  # what the agent's own log got after the last poll (a cut stream)
+            pass
+        if self.stop_reason and self.stop_reason.startswith("budget:") and not result.killed and self.completion:
+            # the agent finished on its own before the stop landed: its result stands
+            self.budget_exceeded, self.stop_reason = self.stop_reason, None
         totals = self.ledger.totals()
         self.run.live[self.attempt.attempt_id] = totals["cost_usd"]
         if self.ledger.version != self._flushed_version:
             self._flush(totals)
+        self._warn_unpriced(totals["unpriced"])
         if result.timed_out and not self.stop_reason:
             wall = self.budgets.wall_clock_s
             agent_timeout = self.attempt.timeouts.agent
             self.stop_reason = "budget:wall_clock" if wall is not None and wall < agent_timeout else "timeout:agent"
+        if self.api_failure is not None and self.stop_reason is None:
+            self.stop_reason = "model_api"
         if self.completion is None and self.stop_reason is None and getattr(self.adapter, "completion_grace_s", None) is not None:
             self.sink.emit("error", {"category": "incomplete", "message": "the agent exited without reporting "
                                      f"completion (exit status {result.returncode}); its transcript is incomplete"})
@@ -331,9 +359,56 @@ class AgentSession:
             "stop_reason": self.stop_reason,
             "killed_after_completion": self.killed_after_completion,
             "tokens": totals["tokens"],
-            "cost_usd": round(totals["cost_usd"], 6),
+            "cost_usd": None if totals["unpriced"] else round(totals["cost_usd"], 6),
+            "cost_estimate_usd": _estimate(totals),
+            "budget_exceeded": self.budget_exceeded,
+            "model_api": None if self.api_failure is None else {
+                key: self.api_failure.get(key) for key in ("api_kind", "status", "message")},
         }
 
+    def failure(self) -> str | None:
+        """The attempt's infrastructure failure, if the model API failed it (a one-line reason)."""
+        return None if self.api_failure is None else describe(self.api_failure)
+
+
+
+def _estimate(totals: dict[str, Any]) -> float | None:
+    """The price-table estimate of what the agent reported itself, when it did (reconciliation)."""
+    estimates = [m["estimate_usd"] for m in totals["models"] if m.get("estimate_usd") is not None]
+    return round(sum(estimates), 6) if estimates else None
+
+
+class _LogTail:
+    """Complete new lines of the newest ``rollout-*.jsonl`` under a directory, read as it grows; a
+    line longer than `FULL_LINE_MAX` is skipped, never held whole."""
+
+    CHUNK = 1 << 22
+
+    def __init__(self, directory: Path, since: float) -> None:
+        self.directory = directory
+        self.since = since
+        self.path: Path | None = None
+        self.offset = 0
+        self.pending = b""
+        self.skipping = False
+
+    def read(self) -> tuple[list[str], bool]:
+        """(new complete lines, whether a full chunk was read: there may be more now)."""
+        if self.path is None:
+            self.path = _newest_log(self.directory, self.since)
+            if self.path is None:
+                return [], False
+        with open(self.path, "rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read(self.CHUNK)
+        self.offset += len(data)
+        self.pending += data
+        *complete, self.pending = self.pending.split(b"\n")
+        if self.skipping and complete:  # the end of a line too long to keep: not a line
+            complete, self.skipping = complete[1:], False
+        if len(self.pending) > FULL_LINE_MAX:
+            self.pending, self.skipping = b"", True
+        return [raw.decode("utf-8", errors="replace") for raw in complete], len(data) == self.CHUNK
 
 
 def _newest_log(directory: Path, since: float) -> Path | None:

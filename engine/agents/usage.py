@@ -28,10 +28,15 @@ authoritative when it comes (it has the real output counts, and it covers every 
 even one filed under another spelling of the model's name), and the running estimate keeps the
 figure live before it comes (budgets are enforced on it).
 
-Costs: ``defaults.prices`` (USD per million tokens per model, with the date the price was read) is
-the rule when the model is in it (exact name, else the longest price key that prefixes the model
-name, so ``claude-sonnet-4-5`` prices ``claude-sonnet-4-5-20250929``); otherwise the cost the CLI
-itself reported (Claude's ``costUSD``), else unknown (None, with a warning event once).
+Costs, per model, first that applies (a price matches the exact model name, else the longest key
+that prefixes it, so ``claude-sonnet-4-5`` prices ``claude-sonnet-4-5-20250929``):
+
+1. ``defaults.prices`` of the benchmark (USD per million tokens, with the date the price was read):
+   the user's word rules, live and final (source ``prices:<key>@<date>``);
+2. the cost the CLI itself reported at the end (Claude's ``costUSD``; source ``reported``): it
+   reconciles the live estimate (the estimate is kept beside it as ``estimate_usd``);
+3. the list prices resenv ships (`price_table`; source ``table:<key>@<date>``): the live estimate;
+4. else unknown (None): never shown as 0, and a dollar budget cannot see it (the session warns).
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from .price_table import PRICE_TABLE
 
 FIELDS = ("input", "cached_input", "cache_write", "output", "reasoning")
 
@@ -174,12 +181,16 @@ class ModelSpend:
     model: str | None
     usage: Usage
     cost_usd: float | None
-    cost_source: str | None  # "prices:<key>@<date>" | "reported" | None
+    cost_source: str | None  # "prices:<key>@<date>" | "reported" | "table:<key>@<date>" | None
+    estimate_usd: float | None = None  # the price-table estimate a reported cost replaced
 
     def as_dict(self) -> dict[str, Any]:
-        return {"model": self.model, **self.usage.as_dict(), "tokens": self.usage.tokens,
-                "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
-                "cost_source": self.cost_source}
+        out = {"model": self.model, **self.usage.as_dict(), "tokens": self.usage.tokens,
+               "cost_usd": None if self.cost_usd is None else round(self.cost_usd, 6),
+               "cost_source": self.cost_source}
+        if self.estimate_usd is not None:
+            out["estimate_usd"] = round(self.estimate_usd, 6)
+        return out
 
 
 @dataclass
@@ -187,7 +198,8 @@ class UsageLedger:
     """One attempt's token usage by model (see the module doc for the rules)."""
 
     default_model: str | None = None
-    prices: Mapping[str, Any] = field(default_factory=dict)
+    prices: Mapping[str, Any] = field(default_factory=dict)  # the benchmark's defaults.prices
+    table: Mapping[str, Any] = field(default_factory=lambda: PRICE_TABLE)  # the shipped list prices
     messages: dict[str, tuple[str | None, Usage]] = field(default_factory=dict)
     deltas: dict[str | None, Usage] = field(default_factory=dict)
     snapshot: dict[str | None, Usage] = field(default_factory=dict)
@@ -203,8 +215,8 @@ class UsageLedger:
         """A per-message report (each id counts once, at its largest); True if it changed anything."""
         if message_id in self.superseded:
             return False
-        model = self.model_for(model)
         known = self.messages.get(message_id)
+        model = known[0] if known is not None and not model else self.model_for(model)
         merged = usage if known is None else known[1].maximum(usage)
         if known is not None and known[1] == merged:
             return False
@@ -280,20 +292,25 @@ class UsageLedger:
             usage_of[model] = usage_of.get(model, Usage()) + usage
         out: dict[str | None, ModelSpend] = {}
         for model, usage in usage_of.items():
-            cost, source = self._cost(model, usage)
-            out[model] = ModelSpend(model, usage, cost, source)
+            cost, source, estimate = self._cost(model, usage)
+            out[model] = ModelSpend(model, usage, cost, source, estimate)
         return out
 
-    def _cost(self, model: str | None, usage: Usage) -> tuple[float | None, str | None]:
+    def _cost(self, model: str | None, usage: Usage) -> tuple[float | None, str | None, float | None]:
+        """(cost, its source, the table estimate a reported cost replaced): see the module doc."""
         found = find_price(model, self.prices)
         if found is not None:
             key, price = found
-            return price_usage(usage, price), f"prices:{key}@{price.date}"
+            return price_usage(usage, price), f"prices:{key}@{price.date}", None
+        listed = find_price(model, self.table)
+        estimate = price_usage(usage, listed[1]) if listed is not None else None
         if model in self.reported_cost:
-            return self.reported_cost[model], "reported"
+            return self.reported_cost[model], "reported", estimate
+        if listed is not None:
+            return estimate, f"table:{listed[0]}@{listed[1].date}", None
         if not usage:
-            return 0.0, None
-        return None, None
+            return 0.0, None, None
+        return None, None, None
 
     def summary(self) -> tuple[int, float]:
         """(tokens, dollars) so far, cheaply (unpriced models count 0 dollars): for budget checks."""

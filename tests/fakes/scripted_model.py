@@ -259,6 +259,9 @@ class _Handler(BaseHTTPRequestHandler):
         if failure and failure.get("status") == "drop":
             entry["status"] = "drop"
             self.model.record(entry)
+            if not body.get("stream"):
+                self.close_connection = True  # no answer at all: the connection just closes
+                return
             self._sse_start()
             self._sse("message_start", {"type": "message_start", "message": {
                 "id": self.model.next_id("msg"), "type": "message", "role": "assistant", "model": body.get("model"),

@@ -53,6 +53,19 @@ RETRY["steps"][1]["fail"] = {"status": "drop", "times": 2}
 AUTH_FAILURE: dict[str, Any] = {"steps": [{"text": "never sent", "commands": ["true"],
                                            "fail": {"status": 401, "times": 1000}}]}
 
+# An API that answers every request with a server error (HTTP 500), and one that forbids the key (403).
+SERVER_ERROR: dict[str, Any] = {"steps": [{"text": "never sent", "commands": ["true"],
+                                           "fail": {"status": 500, "times": 1000}}]}
+FORBIDDEN: dict[str, Any] = {"steps": [{"text": "never sent", "commands": ["true"],
+                                        "fail": {"status": 403, "times": 1000, "type": "permission_error"}}]}
+
+# A key whose quota is spent (HTTP 429 every time), and an API whose streams always break off.
+QUOTA: dict[str, Any] = {"steps": [{"text": "never sent", "commands": ["true"],
+                                    "fail": {"status": 429, "times": 1000, "type": "insufficient_quota",
+                                             "code": "insufficient_quota",
+                                             "message": "You exceeded your current quota."}}]}
+DROPPED: dict[str, Any] = {"steps": [{"text": "never sent", "commands": ["true"], "fail": {"status": "drop", "times": 1000}}]}
+
 # More tool turns than a --max-turns 2 allows.
 MAX_TURNS: dict[str, Any] = {"steps": [
     {"text": f"Step {i}.", "commands": [f"echo step {i}"]} for i in range(5)
@@ -86,7 +99,8 @@ SECRET_LEAK: dict[str, Any] = {"steps": [
 ]}
 
 SCENARIOS = {
-    "setup": SETUP, "retry": RETRY, "auth-failure": AUTH_FAILURE, "max-turns": MAX_TURNS,
+    "setup": SETUP, "retry": RETRY, "auth-failure": AUTH_FAILURE, "server-error": SERVER_ERROR,
+    "forbidden": FORBIDDEN, "quota": QUOTA, "dropped": DROPPED, "max-turns": MAX_TURNS,
     "permission-denied": PERMISSION_DENIED, "big-output": BIG_OUTPUT, "secret-leak": SECRET_LEAK,
 }
 

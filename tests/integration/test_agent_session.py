@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import resenv, write_benchmark
+from ..unit.test_agent_streams import served_after
 from .test_engine_run import assert_events_complete, db_rows
 
 STREAMS = Path(__file__).resolve().parent.parent / "fixtures" / "streams"
@@ -125,14 +126,18 @@ def test_a_cli_hanging_after_its_result_is_killed_after_the_grace(tmp_path, cli_
 
 def test_a_stream_without_its_result_is_incomplete(tmp_path, cli_env) -> None:
     cli = fake_cli(tmp_path)
-    db, run_id = run(tmp_path, cli_env, claude_agent("c", cli, "claude-setup", LINES_TO_PRINT="10"), "c")
+    # cut in the middle of the third message: two whole messages and the input of the third were served
+    db, run_id = run(tmp_path, cli_env, claude_agent("c", cli, "claude-setup", LINES_TO_PRINT="40"), "c")
     errors = [e for e in events(db, run_id, "error") if e.get("category") == "incomplete"]
     assert len(errors) == 1
     [finished] = events(db, run_id, "agent_finished")
     assert finished["completed"] is False
-    # the running estimate is what is known: counted once per message, output placeholders
+    # exactly what the model served: each message once, its output from its message_delta
     [usage] = db_rows(db, "SELECT * FROM usage WHERE run_id = ?", (run_id,))
-    assert usage["input_tokens"] == 1000 + 200 and usage["output_tokens"] == 2
+    served = served_after("claude-setup", 40)
+    assert served.input == 1000 + 200 + 150 and served.output == 100 + 60 + 1
+    assert (usage["input_tokens"], usage["cached_input_tokens"], usage["cache_write_tokens"], usage["output_tokens"]) == (
+        served.input, served.cached_input, served.cache_write, served.output)
 
 
 def test_dollar_budget_per_job_stops_the_agent_and_probes_still_run(tmp_path, cli_env) -> None:

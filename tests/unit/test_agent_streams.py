@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from resenv.engine.agents.claude_code import parse_claude_line
-from resenv.engine.agents.codex import parse_codex_line
+from resenv.engine.agents.api_errors import hopeless
+from resenv.engine.agents.codex import parse_codex_line, parse_rollout_line
 from resenv.engine.agents.command import CommandAgent
 from resenv.engine.agents.transcript import EVENT_TYPES, RAW_CAP
 from resenv.engine.agents.usage import Usage, UsageLedger
@@ -52,13 +53,15 @@ def ledger_after(name: str, model: str | None = None) -> tuple[UsageLedger, list
     return ledger, completions
 
 
-ALL = sorted(path.stem for path in STREAMS.glob("*.jsonl"))
+ALL = sorted(path.stem for path in STREAMS.glob("*.jsonl") if not path.stem.endswith(".rollout"))
 
 
 @pytest.mark.parametrize("name", ALL)
 def test_every_line_gives_known_events_and_nothing_is_dropped(name: str) -> None:
     per_line = parse_all(name)
-    assert per_line and all(per_line), "every line gives at least one event"
+    for line, events in zip(lines_of(name), per_line):
+        # an API streaming event's content delta is the one line kept only in the raw log
+        assert events or '"type":"stream_event"' in line.text, line.text[:200]
     for events in per_line:
         for event in events:
             assert event["type"] in EVENT_TYPES
@@ -93,51 +96,106 @@ def test_claude_setup_transcript() -> None:
     assert (done["status"], done["subtype"], done["is_error"], done["num_turns"]) == ("success", "success", False, 7)
 
 
-def test_claude_usage_is_counted_once_per_message_then_replaced_by_the_result() -> None:
-    """Each message id repeats its usage on every content block line: counted once; the streamed
-    output_tokens is a placeholder (1) until `result` brings the real totals."""
+def test_claude_usage_is_exact_per_message_before_the_result() -> None:
+    """Each message id repeats its usage on every content block line (output_tokens a placeholder
+    of 1): counted once; the streamed message_delta brings the message's real output count, so the
+    running total is exact before `result` comes, which then replaces it with the same figures."""
     events = flat("claude-setup")
     ledger = UsageLedger(prices=PRICES)
     for event in events[:-1]:  # everything but the result
         ledger.observe(event)
     message_ids = {e["message_id"] for e in events if e.get("message_id")}
     assert len(message_ids) == 6 and len(ledger.messages) == 6
-    running = ledger.totals()["usage"]
-    # the script's per-step usage (tests/fakes/scripts.py SETUP), output placeholders of 1 each
-    assert running == Usage(input=1660, cached_input=16000, cache_write=2220, output=6, reasoning=0)
+    served = Usage(input=1660, cached_input=16000, cache_write=2220, output=530, reasoning=0)  # scripts.SETUP
+    assert ledger.totals()["usage"] == served
     assert ledger.observe(events[-1]) is True
     final = ledger.totals()
-    assert final["usage"] == Usage(input=1660, cached_input=16000, cache_write=2220, output=530, reasoning=0)
+    assert final["usage"] == served
     [spend] = final["models"]
     assert spend["model"] == "claude-sonnet-4-5" and spend["cost_source"] == "prices:claude-sonnet-4-5@2025-09-29"
     expected = (1660 * 3.0 + 16000 * 0.3 + 2220 * 3.75 + 530 * 15.0) / 1e6
     assert final["cost_usd"] == pytest.approx(expected)
 
 
-def test_claude_reported_cost_is_used_without_a_price() -> None:
+def served_after(name: str, upto: int) -> Usage:
+    """What the model had served when a stream is cut after line `upto`: the sum of the messages
+    whose message_delta (their end) came by then, plus the input of those that had only started."""
+    total = Usage()
+    started: dict[str, Usage] = {}
+    for line in lines_of(name)[:upto]:
+        data = json.loads(line.text)
+        event = data.get("event") or {}
+        if data.get("type") == "stream_event" and event.get("type") == "message_start":
+            usage = event["message"]["usage"]
+            started[event["message"]["id"]] = Usage(usage["input_tokens"], usage["cache_read_input_tokens"],
+                                                    usage["cache_creation_input_tokens"], usage["output_tokens"])
+        if data.get("type") == "stream_event" and event.get("type") == "message_delta":
+            begun = started.pop(data["api_message_id"])
+            total = total + Usage(begun.input, begun.cached_input, begun.cache_write, event["usage"]["output_tokens"])
+    for begun in started.values():
+        total = total + begun
+    return total
+
+
+def test_a_claude_stream_cut_anywhere_counts_what_was_served() -> None:
+    """A stream stopped before `result` (a budget kill, a crash) counts exactly what the API served
+    up to that line: no placeholder undercount, no double count."""
+    lines = lines_of("claude-setup")
+    for upto in range(1, len(lines)):
+        ledger = UsageLedger(prices=PRICES)
+        for line in lines[:upto]:
+            for event in parse_claude_line(line):
+                ledger.observe(event)
+        assert ledger.totals()["usage"] == served_after("claude-setup", upto), upto
+
+
+def test_claude_cost_without_a_configured_price() -> None:
+    """Live: the shipped price table prices each message as it ends; at the end the CLI's own cost
+    replaces the estimate, which is kept beside it."""
+    events = flat("claude-setup")
     ledger = UsageLedger()
-    for event in flat("claude-setup"):
+    for event in events[:-1]:
         ledger.observe(event)
+    [live] = ledger.totals()["models"]
+    assert live["cost_source"] == "table:claude-sonnet-4-5@2025-09-29"
+    assert live["cost_usd"] == pytest.approx((1660 * 3.0 + 16000 * 0.3 + 2220 * 3.75 + 530 * 15.0) / 1e6)
+    ledger.observe(events[-1])
     [spend] = ledger.totals()["models"]
     assert spend["cost_source"] == "reported"
-    assert spend["cost_usd"] == pytest.approx(flat("claude-setup")[-1]["cost_usd"])
+    assert spend["cost_usd"] == pytest.approx(events[-1]["cost_usd"])
+    assert spend["estimate_usd"] == pytest.approx(live["cost_usd"])  # list prices: the same figure
+
+
+def api_errors(name: str) -> list[dict]:
+    return [e for e in flat(name) if e["type"] == "error" and e["category"] == "model_api"]
 
 
 def test_claude_api_errors_retries_and_error_results() -> None:
     retry = flat("claude-retry")
-    retries = [e for e in retry if e["type"] == "error" and e["category"] == "api_retry"]
-    assert [(e["status"], e["attempt"], e["retry"]) for e in retries] == [(529, 1, True), (529, 2, True)]
-    fatal = [e for e in retry if e["type"] == "error" and e.get("fatal")]
-    assert len(fatal) == 1 and fatal[0]["category"] == "api_error"
-    done = retry[-1]
-    # is_error with subtype success: an API error, not a success
-    assert (done["type"], done["subtype"], done["is_error"], done["status"]) == ("completion", "success", True, "error")
+    retries = api_errors("claude-retry")
+    assert [(e["status"], e["api_kind"], e["attempt"], e["retry"], e["fatal"]) for e in retries] == [
+        (529, "server", 1, True, False), (529, "server", 2, True, False), (None, "connection", 1, True, False)]
+    assert retry[-1]["type"] == "completion" and retry[-1]["status"] == "success" and "api_error" not in retry[-1]
 
-    auth = flat("claude-auth-failure")
-    assert [e["status"] for e in auth if e["type"] == "error"] == [401, 401, 401]
-    assert auth[-1]["status"] == "error" and auth[-1]["api_error_status"] == 401
-    ledger, _ = ledger_after("claude-auth-failure")
-    assert ledger.totals()["tokens"] == 0  # the synthetic error message carries no usage
+    for name, status, kind, retried in (("claude-auth-failure", 401, "auth", 2), ("claude-server-error", 500, "server", 2),
+                                        ("claude-forbidden", 403, "auth", 0)):
+        errors = api_errors(name)
+        assert [e["status"] for e in errors] == [status] * (retried + 1), name
+        assert all(e["api_kind"] == kind for e in errors) and [e["fatal"] for e in errors] == [False] * retried + [True]
+        done = flat(name)[-1]
+        # is_error with subtype success: an API error, not a success
+        assert (done["type"], done["subtype"], done["is_error"], done["status"]) == ("completion", "success", True, "error")
+        assert done["api_error"]["status"] == status and done["api_error"]["api_kind"] == kind
+        ledger, _ = ledger_after(name)
+        assert ledger.totals()["tokens"] == 0  # the synthetic error message carries no usage
+    assert hopeless(api_errors("claude-auth-failure")[0]) and not hopeless(api_errors("claude-server-error")[0])
+
+
+def test_a_synthetic_message_that_is_no_api_error_is_text() -> None:
+    text = ('{"type":"assistant","message":{"id":"x","model":"<synthetic>","role":"assistant","content":'
+            '[{"type":"text","text":"No response requested."}]}}')
+    [event] = parse_claude_line(OutputLine("stdout", 1, text, len(text), False))
+    assert event["type"] == "message" and event["synthetic"] is True and event["text"] == "No response requested."
 
 
 def test_claude_max_turns_and_permission_denial() -> None:
@@ -188,15 +246,67 @@ def test_codex_without_a_price_has_an_unknown_cost() -> None:
     assert total["models"][0]["cost_usd"] is None
 
 
+def test_codex_without_a_configured_price_uses_the_shipped_table() -> None:
+    ledger = UsageLedger(default_model="gpt-5-codex")
+    for event in flat("codex-setup"):
+        ledger.observe(event)
+    [spend] = ledger.totals()["models"]
+    assert spend["cost_source"] == "table:gpt-5-codex@2025-09-23"
+    assert spend["cost_usd"] == pytest.approx((1660 * 1.25 + 16000 * 0.125 + 530 * 10.0) / 1e6)
+
+
 def test_codex_reconnects_are_harmless_and_failures_end_the_turn() -> None:
     retry = flat("codex-retry")
-    reconnects = [e for e in retry if e["type"] == "error" and e["category"] == "reconnect"]
+    reconnects = api_errors("codex-retry")
     assert len(reconnects) == 2 and all(e["retry"] and not e["fatal"] for e in reconnects)
+    assert {e["api_kind"] for e in reconnects} == {"connection"}
     assert retry[-1]["type"] == "completion" and retry[-1]["status"] == "success"
-    auth = flat("codex-auth-failure")
-    assert auth[-1] == {"type": "completion", "status": "error", "subtype": "turn.failed", "is_error": True,
-                        "result": auth[-1]["result"]}
-    assert "401" in auth[-1]["result"]
+    for name, status, kind in (("codex-auth-failure", 401, "auth"), ("codex-forbidden", 403, "auth"),
+                               ("codex-server-error", None, "server"), ("codex-quota", 429, "quota"),
+                               ("codex-dropped", None, "connection")):
+        errors = api_errors(name)
+        assert errors and [e["fatal"] for e in errors] == [False] * (len(errors) - 1) + [True], name
+        assert {(e["status"], e["api_kind"]) for e in errors} == {(status, kind)}, name
+        done = flat(name)[-1]
+        assert (done["type"], done["subtype"], done["status"]) == ("completion", "turn.failed", "error")
+        assert (done["api_error"]["status"], done["api_error"]["api_kind"]) == (status, kind)
+    assert hopeless(api_errors("codex-auth-failure")[0]) and not hopeless(api_errors("codex-quota")[0])
+
+
+def test_a_codex_error_that_is_not_the_api_is_the_agents_and_fatal() -> None:
+    text = '{"type":"error","message":"sandbox error: could not apply patch"}'
+    [event] = parse_codex_line(OutputLine("stdout", 1, text, len(text), False))
+    assert (event["category"], event["fatal"], event["retry"]) == ("agent", True, False)
+
+
+def rollout_events() -> list[dict]:
+    return [e for e in map(parse_rollout_line, (STREAMS / "codex-setup.rollout.jsonl").read_text().splitlines()) if e]
+
+
+def test_codex_usage_records_come_before_the_tools_run() -> None:
+    """Codex's session log: a token_usage_record right after each response (the thread's running
+    total), then a token_count after the response's tools ran, with the same total."""
+    events = rollout_events()
+    records = [e for e in events if "response_id" in e]
+    assert len(records) == 6 and len(events) == 12
+    ledger = UsageLedger(default_model="gpt-5-codex")
+    ledger.observe(records[0])
+    assert ledger.totals()["usage"] == Usage(input=1000, cached_input=0, output=100, reasoning=30)
+    ledger.observe(records[-1])
+    assert ledger.totals()["usage"] == Usage(input=1660, cached_input=16000, output=530, reasoning=40)
+
+
+def test_a_codex_stream_cut_before_the_turn_ends_counts_from_its_session_log() -> None:
+    lines = [line for line in lines_of("codex-setup") if "turn.completed" not in line.text]
+    ledger = UsageLedger(default_model="gpt-5-codex")
+    for line in lines:
+        for event in parse_codex_line(line):
+            ledger.observe(event)
+    assert ledger.totals()["tokens"] == 0  # the --json stream alone: nothing
+    for event in rollout_events()[:5]:  # cut after the third response's record
+        ledger.observe(event)
+    assert ledger.totals()["usage"] == Usage(input=1000 + 200 + 150, cached_input=3000 + 3100, output=100 + 60 + 50,
+                                             reasoning=30)
 
 
 def test_codex_thread_usage_is_a_running_total_not_a_delta() -> None:
