@@ -38,11 +38,11 @@ def bundle_repos(root: Path, repos: dict[str, dict[str, str]]) -> str:
 
 
 def write_benchmark(root: Path, repos: dict[str, dict[str, str]], agents: str, *, hosts: str = "", defaults: str = "",
-                    expose: tuple[Path, ...] = ()) -> Path:
+                    expose: tuple[Path, ...] = (), retries: str = "{infra: 0, backoff_s: 0.1}") -> Path:
     """A benchmark.yaml in `root` with bundled repos (id -> {file: content}) and the given agents block;
     `expose`: host folders the local host's sandboxes may read (a test's gates)."""
     text = "version: 1\n"
-    text += "defaults:\n  suite: s\n  agent: a\n  host: local\n  retries: {infra: 0, backoff_s: 0.1}\n" + defaults
+    text += f"defaults:\n  suite: s\n  agent: a\n  host: local\n  retries: {retries}\n" + defaults
     shown = f", process: {{expose: [{', '.join(str(path) for path in expose)}]}}" if expose else ""
     text += f"hosts:\n  local: {{kind: local, slots: 4, gpus: 0{shown}}}\n" + hosts
     text += "agents:\n" + textwrap.indent(textwrap.dedent(agents), "  ")

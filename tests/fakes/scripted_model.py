@@ -137,6 +137,7 @@ class ScriptedModel:
         return f"{prefix}_{next(self._ids):06d}{int(time.time() * 1000) % 100000:05d}"
 
     def record(self, entry: dict[str, Any]) -> None:
+        entry.setdefault("ts", time.time())  # when the request arrived (requests after a budget stop)
         with self._lock:
             self.requests.append(entry)
             if self.log_path is not None:

@@ -43,6 +43,11 @@ SETUP: dict[str, Any] = {
     ],
 }
 
+# The same, each tool call taking a second, as real ones do (budget stops land while it runs).
+SLOW_SETUP = copy.deepcopy(SETUP)
+for _step in SLOW_SETUP["steps"]:
+    _step["commands"] = [f"sleep 1; {command}" for command in _step.get("commands", [])]
+
 # The same, with transient server errors first: overloaded twice (Claude: api_retry lines; Codex
 # retries requests silently), then a stream dropped twice (Codex: "Reconnecting... n/m" errors).
 RETRY = copy.deepcopy(SETUP)
@@ -99,7 +104,7 @@ SECRET_LEAK: dict[str, Any] = {"steps": [
 ]}
 
 SCENARIOS = {
-    "setup": SETUP, "retry": RETRY, "auth-failure": AUTH_FAILURE, "server-error": SERVER_ERROR,
+    "setup": SETUP, "slow-setup": SLOW_SETUP, "retry": RETRY, "auth-failure": AUTH_FAILURE, "server-error": SERVER_ERROR,
     "forbidden": FORBIDDEN, "quota": QUOTA, "dropped": DROPPED, "max-turns": MAX_TURNS,
     "permission-denied": PERMISSION_DENIED, "big-output": BIG_OUTPUT, "secret-leak": SECRET_LEAK,
 }

@@ -81,14 +81,14 @@ def agents_block(url: str, claude_extra: str = "", codex_extra: str = "", claude
 
 def run_scenarios(tmp_path: Path, cli_env: dict, scenarios: list[str], *, claude_extra: str = "",
                   codex_extra: str = "", claude_env: str = "", defaults: str = PRICES, agents: tuple[str, ...] = ("claude", "codex"),
-                  tiers: str = "all") -> tuple[Path, str, ScriptedModel]:
+                  tiers: str = "all", retries: str = "{infra: 0, backoff_s: 0.1}") -> tuple[Path, str, ScriptedModel]:
     # one route per job, so that each job gets its own scripted failures
     routes = {f"/jobs/{name}--{agent}/": Script.from_dict(SCENARIOS[name]) for name in scenarios for agent in agents}
     model = ScriptedModel(Script.from_dict(SCENARIOS["setup"]), routes=routes).start()
     try:
         bench = write_benchmark(tmp_path, {name: dict(REPO_FILES) for name in scenarios},
                                 agents_block(model.url, claude_extra, codex_extra, claude_env),
-                                defaults=defaults)
+                                defaults=defaults, retries=retries)
         env = {**cli_env, "ANTHROPIC_API_KEY": PLANTED_KEY, "OPENAI_API_KEY": OPENAI_KEY}
         args = ["run", str(bench), "--jobs", "4", "--tiers", tiers]
         for agent in agents:
@@ -151,12 +151,14 @@ def test_real_clis_build_an_env_that_the_probes_verify(tmp_path, cli_env) -> Non
             codex["reasoning_tokens"]) == ("gpt-5-codex", 1660, 16000, 530, 40)
     assert codex["cost_usd"] == pytest.approx((1660 * 1.25 + 16000 * 0.125 + 530 * 10.0) / 1e6)
 
-    # transient errors: recorded, not fatal
+    # transient errors: recorded, retried by the CLIs, never fatal, the attempt is the agent's
     retry_errors = [e for e in events(db, run_id, "transcript", "retry/claude") if e["type"] == "error"]
-    assert [e["status"] for e in retry_errors if e["category"] == "api_retry"] == [529, 529]
+    assert [(e["status"], e["api_kind"]) for e in retry_errors if e["category"] == "model_api"] == [
+        (529, "server"), (529, "server"), (None, "connection")]  # a dropped stream retried once, as recorded
+    assert not any(e["fatal"] for e in retry_errors)
     reconnects = [e for e in events(db, run_id, "transcript", "retry/codex") if e["type"] == "error"
-                  and e["category"] == "reconnect"]
-    assert len(reconnects) == 2
+                  and e["category"] == "model_api"]
+    assert len(reconnects) == 2 and all(e["retry"] and not e["fatal"] for e in reconnects)
     assert tiers_of(db, run_id, "retry/codex")["C1"][0] == "pass"
 
     # 5 MB of output and bytes that are not UTF-8: every line accounted for, nothing unknown
@@ -187,20 +189,47 @@ def test_real_clis_build_an_env_that_the_probes_verify(tmp_path, cli_env) -> Non
     assert report.returncode == 0, report.stderr
 
 
-def test_real_clis_failures_auth_max_turns_permission_denial(tmp_path, cli_env) -> None:
+def model_api_jobs(db: Path, run_id: str, scenarios: list[str], attempts: int) -> None:
+    """Each job of `scenarios` ended as error/model_api after `attempts` attempts, none judged."""
+    for name in scenarios:
+        for agent in ("claude", "codex"):
+            key = f"{name}/{agent}"
+            [job] = db_rows(db, "SELECT * FROM jobs WHERE run_id = ? AND key = ?", (run_id, key))
+            tries = db_rows(db, "SELECT state, category, reason FROM attempts WHERE job_id = ? ORDER BY number", (job["id"],))
+            assert job["state"] == "error" and [a["category"] for a in tries] == ["model_api"] * attempts, (key, tries)
+            assert tries[-1]["reason"].startswith("model API"), tries
+            assert tiers_of(db, run_id, key) == {}, "an outage is never judged"
+
+
+def test_model_api_outages_are_infrastructure_outside_the_denominators(tmp_path, cli_env) -> None:
+    """401 and 500 on every request: each attempt ends as error/model_api, is retried as an
+    infrastructure failure, and no tier result (no denominator) comes of it. A refused key stops
+    Claude Code at its first retry notice, though it would retry for minutes by itself."""
+    scenarios = ["auth-failure", "server-error"]
+    db, run_id, model = run_scenarios(tmp_path, cli_env, scenarios, tiers="C1,C5", retries="{infra: 1, backoff_s: 0.1}",
+                                      claude_env=', CLAUDE_CODE_MAX_RETRIES: "2"')
+    model_api_jobs(db, run_id, scenarios, attempts=2)
+    stopped = [e for e in events(db, run_id, "agent_stopped", "auth-failure/claude")]
+    assert len(stopped) == 2 and all(e["status"] == 401 for e in stopped)
+    # stopped at the first retry notice: one request per attempt, not 1 + max_retries
+    requests = [r for r in model.requests if r.get("route") == "/jobs/auth-failure--claude/" and r.get("agent_loop")]
+    assert len(requests) == 2, requests
+    finished = events(db, run_id, "agent_finished", "server-error/codex")
+    assert finished[-1]["model_api"]["api_kind"] == "server"
+
+    report = resenv("report", run_id, "--format", "json", env=cli_env, cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    shown = resenv("show", run_id, env=cli_env, cwd=tmp_path)
+    assert "model_api" in shown.stdout, shown.stdout
+    assert_events_complete(db, run_id)
+
+
+def test_real_clis_failures_max_turns_permission_denial(tmp_path, cli_env) -> None:
     claude_extra = "max_turns: 2\npermission_mode: default\n"
-    scenarios = ["auth-failure", "max-turns", "permission-denied"]
-    db, run_id, _ = run_scenarios(tmp_path, cli_env, scenarios, tiers="C1,C5", claude_extra=claude_extra,
-                                  claude_env=', CLAUDE_CODE_MAX_RETRIES: "2"')
+    scenarios = ["max-turns", "permission-denied"]
+    db, run_id, _ = run_scenarios(tmp_path, cli_env, scenarios, tiers="C1,C5", claude_extra=claude_extra)
     jobs = {j["key"]: j for j in db_rows(db, "SELECT * FROM jobs WHERE run_id = ?", (run_id,))}
     assert all(j["state"] == "done" for j in jobs.values())
-
-    auth = events(db, run_id, "transcript", "auth-failure/claude")
-    assert [e["status"] for e in auth if e["type"] == "error"] == [401, 401, 401]
-    assert auth[-1]["type"] == "completion" and auth[-1]["is_error"] is True and auth[-1]["subtype"] == "success"
-    assert tiers_of(db, run_id, "auth-failure/claude")["C1"] == ("fail", "missing_report")
-    codex_auth = events(db, run_id, "transcript", "auth-failure/codex")
-    assert codex_auth[-1]["subtype"] == "turn.failed"
 
     turns = events(db, run_id, "transcript", "max-turns/claude")
     assert turns[-1]["subtype"] == "error_max_turns"
@@ -212,20 +241,51 @@ def test_real_clis_failures_auth_max_turns_permission_denial(tmp_path, cli_env) 
     assert_events_complete(db, run_id)
 
 
+def requests_after_breach(db: Path, run_id: str, key: str, model: ScriptedModel) -> list[dict]:
+    """The model requests of job `key` that arrived after its budget event."""
+    [row] = db_rows(db, "SELECT e.ts FROM events e JOIN jobs j ON j.id = e.job_id WHERE e.run_id = ? AND j.key = ?"
+                        " AND e.kind = 'budget'", (run_id, key))
+    name, agent = key.split("/")
+    route = f"/jobs/{name}--{agent}/"
+    return [r for r in model.requests if r.get("route") == route and r.get("agent_loop") and r["ts"] > row["ts"]]
+
+
 def test_real_clis_are_stopped_by_a_token_budget(tmp_path, cli_env) -> None:
-    """Claude: its stream carries usage per message. Codex: its --json stream has usage only at the
-    end of the turn; the session tails Codex's own session log for the running total. (Codex writes
-    a request's token_count to that log lazily; with the fake's instant answers the first one, 1,100
-    tokens, is the one that lands while the next command — creating a venv — still runs.)"""
+    """The breach is seen as soon as the response that crosses it ends (Claude: its message_delta;
+    Codex: the token_usage_record of its session log), before its tool runs: no request after it.
+    The first step's command sleeps, as a real tool takes time (see tests/perf/perf_budget_stop.py
+    for the worst case, when a tool takes none)."""
     defaults = PRICES + "  budgets: {wall_clock_s: 600, tokens: 1000}\n"
-    db, run_id, _ = run_scenarios(tmp_path, cli_env, ["setup"], defaults=defaults, tiers="C1,C5")
+    db, run_id, model = run_scenarios(tmp_path, cli_env, ["slow-setup"], defaults=defaults, tiers="C1,C5")
     for agent in ("claude", "codex"):
-        key = f"setup/{agent}"
+        key = f"slow-setup/{agent}"
         [job] = db_rows(db, "SELECT * FROM jobs WHERE run_id = ? AND key = ?", (run_id, key))
         assert job["state"] == "done" and job["reason"] == "budget:tokens", (key, job["reason"])
         [budget] = events(db, run_id, "budget", key)
-        assert budget["limit"] == 1000 and budget["used"] > 1000
+        # Claude: the first response's message_start already crosses it (1000 input + 2000 cache
+        # writes + an output placeholder of 1); Codex: its first token_usage_record (1000 + 100)
+        assert (budget["limit"], budget["used"]) == (1000, 3001 if agent == "claude" else 1100), (key, budget)
         [finished] = events(db, run_id, "agent_finished", key)
         assert finished["stop_reason"] == "budget:tokens" and finished["completed"] is False, (key, finished, budget)
+        assert requests_after_breach(db, run_id, key, model) == []
         # stopped before it wrote a report; the probes still judged what it left
         assert tiers_of(db, run_id, key)["C1"] == ("fail", "missing_report")
+
+
+def test_real_clis_are_stopped_by_a_dollar_budget_with_no_price_configured(tmp_path, cli_env) -> None:
+    """No defaults.prices: the shipped price table prices each response live; the stop lands
+    before the next request; usage counts what the model served."""
+    defaults = "  budgets: {wall_clock_s: 600, dollars: 0.005}\n"
+    db, run_id, model = run_scenarios(tmp_path, cli_env, ["slow-setup"], defaults=defaults, tiers="C1")
+    for agent in ("claude", "codex"):
+        key = f"slow-setup/{agent}"
+        [job] = db_rows(db, "SELECT * FROM jobs WHERE run_id = ? AND key = ?", (run_id, key))
+        assert job["reason"] == "budget:dollars", (key, job["reason"])
+        [budget] = events(db, run_id, "budget", key)
+        assert budget["used"] > 0.005
+        assert requests_after_breach(db, run_id, key, model) == []
+        usage = usage_of(db, run_id, key)
+        assert usage["cost_usd"] >= budget["used"] and usage["model"] in ("claude-sonnet-4-5", "gpt-5-codex")
+        assert not [e for e in events(db, run_id, "warning", key) if "no price" in e["message"]]
+    # Codex crossed $0.005 with its fourth response (scripts.SETUP's usage at gpt-5-codex list prices)
+    assert len([r for r in model.requests if r.get("route") == "/jobs/slow-setup--codex/" and r.get("agent_loop")]) == 4
