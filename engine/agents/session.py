@@ -291,24 +291,36 @@ class AgentSession:
 
     # -- budgets --------------------------------------------------------------------------------
     def _check_budgets(self, tokens: int, cost: float) -> None:
-        if self.stop_reason or self.finished or self.completion is not None:
-            return  # a finished agent is never stopped: its final totals may still exceed a budget
+        if self.stop_reason or self.finished or self.budget_exceeded:
+            return
         budgets = self.budgets
+        breach: tuple[str, float, float] | None = None
         if budgets.tokens is not None and tokens > budgets.tokens:
-            self.stop("budget:tokens", budgets.tokens, tokens)
+            breach = ("budget:tokens", budgets.tokens, tokens)
         elif budgets.dollars is not None and cost > budgets.dollars:
-            self.stop("budget:dollars", budgets.dollars, round(cost, 6))
+            breach = ("budget:dollars", budgets.dollars, round(cost, 6))
         elif budgets.run_dollars is not None and self.run.total > budgets.run_dollars:
-            used = round(self.run.total, 6)
+            breach = ("budget:run_dollars", budgets.run_dollars, round(self.run.total, 6))
+        if breach is None:
+            return
+        if self.completion is not None:
+            # A finished agent is never stopped or relabelled: its final totals (the CLI's own
+            # cost, say) crossing a budget are noted, and its result stands.
+            self.budget_exceeded = breach[0]
+            self.sink.emit("budget", {"name": breach[0], "limit": breach[1], "used": breach[2], "stopped": False,
+                                      "when": "after completion"})
+        elif breach[0] == "budget:run_dollars":
             for session in list(self.run.sessions):
-                session.stop("budget:run_dollars", budgets.run_dollars, used)
+                session.stop(*breach)
+        else:
+            self.stop(*breach)
 
     def stop(self, reason: str, limit: float, used: float) -> None:
         """Stop the agent for a breached budget (once); the probes still run afterwards."""
         if self.stop_reason or self.finished:
             return
         self.stop_reason = reason
-        self.sink.emit("budget", {"name": reason, "limit": limit, "used": used})
+        self.sink.emit("budget", {"name": reason, "limit": limit, "used": used, "stopped": True})
         self._kill()
 
     def _kill(self) -> None:
@@ -333,6 +345,8 @@ class AgentSession:
         if self.stop_reason and self.stop_reason.startswith("budget:") and not result.killed and self.completion:
             # the agent finished on its own before the stop landed: its result stands
             self.budget_exceeded, self.stop_reason = self.stop_reason, None
+            self.sink.emit("budget", {"name": self.budget_exceeded, "stopped": False,
+                                      "when": "the agent finished before the stop landed"})
         totals = self.ledger.totals()
         self.run.live[self.attempt.attempt_id] = totals["cost_usd"]
         if self.ledger.version != self._flushed_version:

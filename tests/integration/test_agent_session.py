@@ -157,6 +157,26 @@ def test_dollar_budget_per_job_stops_the_agent_and_probes_still_run(tmp_path, cl
     assert "budget:dollars" in shown.stdout
 
 
+def test_a_finished_agent_is_never_stopped_or_relabelled_by_its_final_cost(tmp_path, cli_env) -> None:
+    """A model no price knows: live cost is unknown until the CLI's `result` reports $0.026, over
+    the $0.01 budget. The agent has finished by then: its result stands (no kill, no budget
+    reason), and the budget event says the final cost crossed it without stopping anything."""
+    stream = (STREAMS / "claude-setup.jsonl").read_text().replace("claude-sonnet-4-5", "claude-unlisted-model")
+    (tmp_path / "unlisted.jsonl").write_text(stream)
+    cli = fake_cli(tmp_path)
+    agent = claude_agent("c", cli, "claude-setup", REPLAY=str(tmp_path / "unlisted.jsonl"))
+    db, run_id = run(tmp_path, cli_env, agent, "c", defaults="  budgets: {wall_clock_s: 600, dollars: 0.01}\n")
+    [job] = db_rows(db, "SELECT * FROM jobs WHERE run_id = ?", (run_id,))
+    assert job["state"] == "done" and job["reason"] is None, job
+    [budget] = events(db, run_id, "budget")
+    assert (budget["name"], budget["stopped"], budget["when"]) == ("budget:dollars", False, "after completion")
+    [finished] = events(db, run_id, "agent_finished")
+    assert finished["completed"] is True and finished["stop_reason"] is None and finished["returncode"] == 0
+    assert finished["budget_exceeded"] == "budget:dollars" and finished["cost_usd"] == pytest.approx(0.026055)
+    [usage] = db_rows(db, "SELECT * FROM usage WHERE run_id = ?", (run_id,))
+    assert usage["model"] == "claude-unlisted-model" and usage["cost_usd"] == pytest.approx(0.026055)
+
+
 def test_run_dollar_budget_stops_the_run_s_agents(tmp_path, cli_env) -> None:
     cli = fake_cli(tmp_path)
     defaults = PRICES + "  budgets: {wall_clock_s: 600, run_dollars: 0.02}\n"
