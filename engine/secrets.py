@@ -125,6 +125,7 @@ class Redactor:
 
     def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
         self.names: dict[str, str] = {}  # variant -> the name it came from
+        self._compile()
         if secrets:
             self.add(secrets)
 
@@ -142,6 +143,9 @@ class Redactor:
         self._bytes = re.compile(b"|".join(map(re.escape, self._bytes_variants))) if ordered else None
         self._bytes_names = {variant.encode(): name for variant, name in self.names.items()}
         self.longest = max((len(v) for v in self._bytes_variants), default=0)
+        # what a stream must hold back: the proper prefixes of every variant, and the bytes they start with
+        self._prefixes = frozenset(v[:n] for v in self._bytes_variants for n in range(1, len(v)))
+        self._starts = bytes(sorted({v[0] for v in self._bytes_variants}))
 
     def __bool__(self) -> bool:
         return bool(self.names)
@@ -296,8 +300,16 @@ def _is_regular(mode: int) -> bool:
 
 
 class StreamRedactor:
-    """Redacts a byte stream fed in chunks of any size: a secret split across chunks is still
-    caught, at the cost of holding back the last ``longest - 1`` bytes until more arrive."""
+    """Redacts a byte stream fed in chunks of any size, holding back as little as it can.
+
+    What it holds back after each chunk is the longest tail of the stream so far that is a proper
+    prefix of some secret variant (``...sk-an`` when a key starts ``sk-ant``), and nothing otherwise:
+    ordinary output passes at once, while a secret split across chunks (one byte per chunk, if it
+    comes that way) is held until it is complete and replaced, or until it turns out to be
+    something else and is let through. The output equals `Redactor.redact_bytes` of the whole
+    stream, whatever the chunking. The redactor is read on every chunk, so secrets registered after
+    the stream started count from the next chunk on; with none registered a chunk costs two
+    attribute reads. `flush` at the end of the stream lets the held tail out (it is no secret)."""
 
     def __init__(self, redactor: Redactor, same_length: bool = False) -> None:
         self.redactor = redactor
@@ -305,26 +317,57 @@ class StreamRedactor:
         self._held = b""
 
     def feed(self, chunk: bytes) -> bytes:
-        return self._scan(self._held + chunk, final=False)
+        if self.redactor._bytes is None and not self._held:
+            return chunk
+        return self._scan(self._held + chunk if self._held else chunk, final=False)
 
     def flush(self) -> bytes:
         return self._scan(self._held, final=True)
 
+    @property
+    def held(self) -> int:
+        """Bytes held back, waiting for the next chunk to tell whether they start a secret."""
+        return len(self._held)
+
+    def _hold_from(self, buf: bytes) -> int:
+        """The start of the longest tail of `buf` that is a proper prefix of a variant (else len(buf))."""
+        redactor = self.redactor
+        size = len(buf)
+        lowest = max(0, size - redactor.longest + 1)
+        first = size
+        for byte in redactor._starts:  # the earliest place a variant could start and still be incomplete
+            at = buf.find(byte, lowest)
+            if 0 <= at < first:
+                first = at
+        if first == size:
+            return size
+        prefixes = redactor._prefixes
+        for at in range(first, size):
+            if buf[at] in redactor._starts and buf[at:] in prefixes:
+                return at
+        return size
+
     def _scan(self, buf: bytes, final: bool) -> bytes:
-        pattern = self.redactor._bytes
+        redactor = self.redactor
+        pattern = redactor._bytes
         if pattern is None:
             self._held = b""
             return buf
-        limit = len(buf) if final else max(0, len(buf) - (self.redactor.longest - 1))
+        # A match starting before `hold` is final: no later byte can make a longer variant match there
+        # (buf[start:] would then be a proper prefix of it, and `hold` is the first such place).
+        hold = len(buf) if final else self._hold_from(buf)
+        if not redactor.contains(buf):
+            self._held = buf[hold:]
+            return buf[:hold]
         out = bytearray()
         pos = 0
         for match in pattern.finditer(buf):
-            if match.start() >= limit:
+            if match.start() >= hold:
                 break
             out += buf[pos:match.start()]
-            out += self.redactor._mask(match.group(0), self.same_length)
+            out += redactor._mask(match.group(0), self.same_length)
             pos = match.end()
-        cut = max(pos, limit)
+        cut = max(pos, hold)
         out += buf[pos:cut]
         self._held = buf[cut:]
         return bytes(out)

@@ -501,6 +501,9 @@ class ProcessSandbox:
                     break
                 sink.write(chunk)
             sink.close()
+        except asyncio.CancelledError:
+            sink.abandon()
+            raise
         except Exception as exc:  # on_line raised, or the disk is full: stop the command
             run.fail(exc)
             self._signal(run, signal.SIGKILL)

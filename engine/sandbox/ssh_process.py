@@ -255,6 +255,9 @@ class RemoteProcessSandbox:
             if header is not None and (rest := header.leftover()):  # the marker never completed: keep what came
                 sink.write(rest)
             sink.close()
+        except asyncio.CancelledError:
+            sink.abandon()
+            raise
         except Exception as exc:
             run.fail(exc)
             self._spawn_signal([run], "KILL")
