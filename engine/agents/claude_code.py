@@ -31,6 +31,7 @@ Verified against Claude Code 2.1.332 (``tests/fixtures/streams/claude-*.jsonl``)
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from ..sandbox.base import OutputLine
@@ -70,7 +71,7 @@ class ClaudeCodeAgent(CliAgent):
 
     def argv(self, paths: JobPaths) -> list[str]:
         argv = [self.spec.executable, "-p", "--output-format", "stream-json", "--verbose",
-                "--permission-mode", self.spec.permission_mode]
+                "--no-session-persistence", "--permission-mode", self.spec.permission_mode]
         if self.spec.model:
             argv += ["--model", self.spec.model]
         if self.spec.max_turns:
@@ -80,6 +81,12 @@ class ClaudeCodeAgent(CliAgent):
 
     def parse(self, line: OutputLine) -> list[dict[str, Any]]:
         return parse_claude_line(line)
+
+    def private_state(self, paths: JobPaths, home: Path) -> tuple[list[Path], dict[str, str]]:
+        """The CLI's own state, which copies tool outputs (so a printed key): ``~/.claude`` and its
+        temp folder (tool outputs, by default under TMPDIR), moved into it. The sandbox keeps them in
+        memory where it can (see the lifecycle's agent phase)."""
+        return [home / ".claude"], {"CLAUDE_CODE_TMPDIR": str(home / ".claude" / "tmp")}
 
 
 # --------------------------------------------------------------------------------------------------
