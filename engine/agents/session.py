@@ -137,7 +137,7 @@ class AgentSession:
         while True:
             try:
                 if path is None:
-                    path = _newest_log(directory, (self.started_at or 0) - 1)
+                    path = _newest_log(self._live_path(directory), (self.started_at or 0) - 1)
                 if path is not None:
                     with open(path, "rb") as handle:
                         handle.seek(offset)
@@ -159,6 +159,12 @@ class AgentSession:
             except Exception:  # best-effort: the CLI's own log may vanish or change shape
                 pass
             await asyncio.sleep(LIVE_USAGE_POLL_S)
+
+    def _live_path(self, path: Path) -> Path:
+        """Where the engine reads a path of the sandbox while the agent runs (a CLI's state may be in
+        the sandbox's memory only: ``sandbox.live_path``)."""
+        live = getattr(self.attempt.sandbox, "live_path", None)
+        return live(path) if live is not None else path
 
     async def _record_version(self) -> None:
         version_argv = getattr(self.adapter, "version_argv", None)
