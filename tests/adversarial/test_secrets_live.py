@@ -88,3 +88,48 @@ def test_a_key_printed_in_pieces_is_never_on_disk_while_the_run_is_live(tmp_path
                                                  " WHERE kind = 'transcript' ORDER BY id")]
     assert f"one byte at a time: {MARKER}" in lines and f"last, without a newline: {MARKER}" in lines
     assert_secret_nowhere(KEY, data_dir, db)
+
+
+async def test_a_folder_kept_in_memory_is_never_on_disk_and_the_engine_reads_it_live(tmp_path) -> None:
+    """`ProcessSandbox.keep_in_memory`: what the command writes there is on a tmpfs of its namespace,
+    never in the work dir on disk; the engine reads it while the command runs through `live_path`
+    (``/proc/<pid>/root``); the next command (and the disk) find the folder empty."""
+    import asyncio
+    import shutil
+
+    import pytest
+
+    from resenv.engine.sandbox.isolation import Isolation
+    from resenv.engine.sandbox.process import ProcessSandbox
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("needs bubblewrap")
+    sandbox = ProcessSandbox(tmp_path / "work", isolation=Isolation())
+    state = sandbox.home / ".cli"
+    assert sandbox.keep_in_memory([state]) == [state]
+    assert sandbox.live_path(state / "log") == state / "log"  # nothing runs: the path itself
+    value = "sk-in-memory-only-0123456789"
+    script = f'mkdir -p "$HOME/.cli/sessions" && echo {value} > "$HOME/.cli/sessions/log" && sleep 3; ls -A "$HOME/.cli"'
+    run = asyncio.create_task(sandbox.exec(["sh", "-c", script], log_prefix=tmp_path / "logs" / "cli", timeout=60))
+    live = state / "sessions" / "log"
+
+    def seen() -> bool:
+        path = sandbox.live_path(live)
+        return path != live and path.is_file() and path.read_text().strip() == value
+
+    for _ in range(200):
+        if seen():
+            break
+        await asyncio.sleep(0.02)
+    assert seen(), "the engine could not read the folder through the sandbox"
+    assert not any(state.rglob("*")), "the folder kept in memory reached the disk"
+    result = await run
+    assert result.returncode == 0, (tmp_path / "logs" / "cli.stderr").read_text()
+    assert (tmp_path / "logs" / "cli.stdout").read_text() == "sessions\n"
+    assert state.is_dir() and not any(state.iterdir())
+    sandbox.keep_in_memory([])
+    again = await sandbox.exec(["sh", "-c", 'ls -A "$HOME/.cli"'], log_prefix=tmp_path / "logs" / "again", timeout=60)
+    assert again.returncode == 0 and (tmp_path / "logs" / "again.stdout").read_text() == ""
+    with pytest.raises(Exception):
+        sandbox.keep_in_memory([tmp_path / "elsewhere"])
+    await sandbox.close()
