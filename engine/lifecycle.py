@@ -418,7 +418,9 @@ class JobAttempt:
             "phase": phase, "log": log_name, "returncode": result.returncode, "timed_out": result.timed_out,
             "killed": result.killed, "seconds": round(result.active_s, 4),
         })
-        redact_files(result.stdout_path, result.stderr_path)  # issue 6: before excerpts are taken
+        # The sandbox redacted the output as it streamed; a Slurm job on a shared file system writes its
+        # raw files itself, so they are redacted here, before excerpts are taken (cheap without secrets).
+        redact_files(result.stdout_path, result.stderr_path)
         for stream, path in (("stdout", result.stdout_path), ("stderr", result.stderr_path)):
             self.index_log(log_name, stream, path)
         return result

@@ -10,26 +10,35 @@ value wherever resenv stores text. Put settings that are not secret in the agent
 Redaction is by value, for values of at least `MIN_SECRET_CHARS` characters (shorter ones would
 mangle ordinary text), and also catches a value's JSON-escaped and URL-quoted spellings. It covers:
 
+* every byte a sandboxed command prints, as it streams: each sandbox's `OutputSink`
+  (engine/sandbox/common.py) feeds its chunks through a `StreamRedactor` of the registry before the
+  raw log file, the line splitter (so every event) and the screen see them, marker
+  ``[REDACTED:NAME]``. A secret is replaced before its first byte is written, however it was split
+  across reads; only a tail that could still become a secret is held back, so output is not delayed;
 * every event before it is queued for the store (`redact_obj`, called by the lifecycle's
-  `EventSink`), which includes transcript lines, log excerpts' sources and replayed lines after a
-  crash — the process-wide registry (`register`) is filled when agent adapters are built, before any
-  replay;
-* the raw log files of every command that ran after an agent started, rewritten when the command
-  exits and before their excerpts are indexed (`redact_file`, marker ``[REDACTED:NAME]``);
+  `EventSink`), which includes replayed lines after a crash — the process-wide registry (`register`)
+  is filled when agent adapters are built, before any replay;
+* the raw log files once more when their command exits (`redact_file`), for the one kind whose raw
+  files the command writes itself: a Slurm job on a file system shared with the engine (see
+  engine/slurm/sandbox.py);
 * every file the agent created or changed in its work dir (its report, its HOME, the env it built),
   masked in place with a same-length mask so binaries stay valid (`scrub_tree`), right after the
-  agent exits and before any probe reads the report.
-
+  agent exits and before any probe reads the report;
 * after a crash, on `resenv run --resume`: an engine killed while an agent ran leaves that attempt's
-  raw logs and work files as the agent wrote them, so before anything reads them (before their
-  lines are replayed into the store, before any excerpt) the resume rewrites every raw log of the
-  attempt and masks every file of its attempt dir changed since the attempt started
+  work files as the agent wrote them, so before anything reads them (before its raw lines are
+  replayed into the store, before any excerpt) the resume rewrites every raw log of the attempt
+  (a safety net) and masks every file of its attempt dir changed since the attempt started
   (`scrub_attempt`). A resume refuses to start when a declared secret cannot be loaded: without
   its value nothing could be redacted.
 
-The window left: while an agent runs, its raw log file and its files hold what it wrote, until the
-agent exits or the next resume. A sandbox-level streaming filter would close it (see
-`StreamRedactor`, ready for such a hook).
+The agent CLIs' own state, which copies tool outputs and the environment (Claude Code's
+``~/.claude`` and temp folder, Codex's ``CODEX_HOME``), is kept on a tmpfs of the agent command's
+namespace by the local process sandbox (the lifecycle's ``_keep_private_state``), so it never
+reaches the disk there.
+
+The window left: a file the agent itself writes into its work dir holds what it wrote until the
+agent exits (then `scrub_tree`) or the next resume; so does the CLIs' state where the sandbox cannot
+keep it in memory (``unsafe-process``, SSH hosts, docker containers, Slurm).
 """
 
 from __future__ import annotations
