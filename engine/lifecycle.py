@@ -320,10 +320,17 @@ class JobAttempt:
             await self.sandbox.put(rel_path, data)
         # The agent sees exactly the GPUs its job leased, as the probes will.
         env = {"CUDA_VISIBLE_DEVICES": self.paths.template_values()["gpus"], **command.env}
-        result = await self.run_command(
-            "agent", command.argv, env=env, stdin=command.stdin,
-            timeout=self._agent_deadline(), timeout_name="agent", parse=session.parse,
-        )
+        # A CLI's own state (transcripts, shell snapshots, temp files) copies its tool outputs and its
+        # environment, keys included: kept in memory, never on disk, where the sandbox can.
+        in_memory = self._keep_private_state(adapter, env)
+        try:
+            result = await self.run_command(
+                "agent", command.argv, env=env, stdin=command.stdin,
+                timeout=self._agent_deadline(), timeout_name="agent", parse=session.parse,
+            )
+        finally:
+            if in_memory is not None:
+                in_memory([])
         summary = await session.finish(result)
         self.agent_stop_reason = session.stop_reason
         self.sink.emit("agent_finished", {
@@ -333,6 +340,23 @@ class JobAttempt:
         if (failure := session.failure()) is not None:
             # The hosted model failed, not the agent: nothing to judge, and the attempt is retried.
             raise AttemptError(failure, "model_api")
+
+    def _keep_private_state(self, adapter: Any, env: dict[str, str]) -> Callable[[list[Path]], Any] | None:
+        """Point the agent CLI at its private state folders (``adapter.private_state``) and have the
+        sandbox keep them in memory for the agent command (``sandbox.keep_in_memory``); returns that
+        method (to undo it), or None where the adapter or the sandbox has no such thing."""
+        state = getattr(adapter, "private_state", None)
+        home = getattr(self.sandbox, "home", None)
+        if state is None or home is None:
+            return None
+        folders, state_env = state(self.paths, Path(home))
+        for name, value in state_env.items():
+            env.setdefault(name, value)  # the agent's own configuration wins
+        keep = getattr(self.sandbox, "keep_in_memory", None)
+        if keep is None:
+            return None
+        keep(folders)
+        return keep
 
     async def _teardown(self) -> None:
         started = time.time()
@@ -397,7 +421,9 @@ class JobAttempt:
             "phase": phase, "log": log_name, "returncode": result.returncode, "timed_out": result.timed_out,
             "killed": result.killed, "seconds": round(result.active_s, 4),
         })
-        redact_files(result.stdout_path, result.stderr_path)  # issue 6: before excerpts are taken
+        # The sandbox redacted the output as it streamed; a Slurm job on a shared file system writes its
+        # raw files itself, so they are redacted here, before excerpts are taken (cheap without secrets).
+        redact_files(result.stdout_path, result.stderr_path)
         for stream, path in (("stdout", result.stdout_path), ("stderr", result.stderr_path)):
             self.index_log(log_name, stream, path)
         return result

@@ -10,26 +10,35 @@ value wherever resenv stores text. Put settings that are not secret in the agent
 Redaction is by value, for values of at least `MIN_SECRET_CHARS` characters (shorter ones would
 mangle ordinary text), and also catches a value's JSON-escaped and URL-quoted spellings. It covers:
 
+* every byte a sandboxed command prints, as it streams: each sandbox's `OutputSink`
+  (engine/sandbox/common.py) feeds its chunks through a `StreamRedactor` of the registry before the
+  raw log file, the line splitter (so every event) and the screen see them, marker
+  ``[REDACTED:NAME]``. A secret is replaced before its first byte is written, however it was split
+  across reads; only a tail that could still become a secret is held back, so output is not delayed;
 * every event before it is queued for the store (`redact_obj`, called by the lifecycle's
-  `EventSink`), which includes transcript lines, log excerpts' sources and replayed lines after a
-  crash — the process-wide registry (`register`) is filled when agent adapters are built, before any
-  replay;
-* the raw log files of every command that ran after an agent started, rewritten when the command
-  exits and before their excerpts are indexed (`redact_file`, marker ``[REDACTED:NAME]``);
+  `EventSink`), which includes replayed lines after a crash — the process-wide registry (`register`)
+  is filled when agent adapters are built, before any replay;
+* the raw log files once more when their command exits (`redact_file`), for the one kind whose raw
+  files the command writes itself: a Slurm job on a file system shared with the engine (see
+  engine/slurm/sandbox.py);
 * every file the agent created or changed in its work dir (its report, its HOME, the env it built),
   masked in place with a same-length mask so binaries stay valid (`scrub_tree`), right after the
-  agent exits and before any probe reads the report.
-
+  agent exits and before any probe reads the report;
 * after a crash, on `resenv run --resume`: an engine killed while an agent ran leaves that attempt's
-  raw logs and work files as the agent wrote them, so before anything reads them (before their
-  lines are replayed into the store, before any excerpt) the resume rewrites every raw log of the
-  attempt and masks every file of its attempt dir changed since the attempt started
+  work files as the agent wrote them, so before anything reads them (before its raw lines are
+  replayed into the store, before any excerpt) the resume rewrites every raw log of the attempt
+  (a safety net) and masks every file of its attempt dir changed since the attempt started
   (`scrub_attempt`). A resume refuses to start when a declared secret cannot be loaded: without
   its value nothing could be redacted.
 
-The window left: while an agent runs, its raw log file and its files hold what it wrote, until the
-agent exits or the next resume. A sandbox-level streaming filter would close it (see
-`StreamRedactor`, ready for such a hook).
+The agent CLIs' own state, which copies tool outputs and the environment (Claude Code's
+``~/.claude`` and temp folder, Codex's ``CODEX_HOME``), is kept on a tmpfs of the agent command's
+namespace by the local process sandbox (the lifecycle's ``_keep_private_state``), so it never
+reaches the disk there.
+
+The window left: a file the agent itself writes into its work dir holds what it wrote until the
+agent exits (then `scrub_tree`) or the next resume; so does the CLIs' state where the sandbox cannot
+keep it in memory (``unsafe-process``, SSH hosts, docker containers, Slurm).
 """
 
 from __future__ import annotations
@@ -125,6 +134,7 @@ class Redactor:
 
     def __init__(self, secrets: Mapping[str, str] | None = None) -> None:
         self.names: dict[str, str] = {}  # variant -> the name it came from
+        self._compile()
         if secrets:
             self.add(secrets)
 
@@ -142,6 +152,9 @@ class Redactor:
         self._bytes = re.compile(b"|".join(map(re.escape, self._bytes_variants))) if ordered else None
         self._bytes_names = {variant.encode(): name for variant, name in self.names.items()}
         self.longest = max((len(v) for v in self._bytes_variants), default=0)
+        # what a stream must hold back: the proper prefixes of every variant, and the bytes they start with
+        self._prefixes = frozenset(v[:n] for v in self._bytes_variants for n in range(1, len(v)))
+        self._starts = bytes(sorted({v[0] for v in self._bytes_variants}))
 
     def __bool__(self) -> bool:
         return bool(self.names)
@@ -296,8 +309,16 @@ def _is_regular(mode: int) -> bool:
 
 
 class StreamRedactor:
-    """Redacts a byte stream fed in chunks of any size: a secret split across chunks is still
-    caught, at the cost of holding back the last ``longest - 1`` bytes until more arrive."""
+    """Redacts a byte stream fed in chunks of any size, holding back as little as it can.
+
+    What it holds back after each chunk is the longest tail of the stream so far that is a proper
+    prefix of some secret variant (``...sk-an`` when a key starts ``sk-ant``), and nothing otherwise:
+    ordinary output passes at once, while a secret split across chunks (one byte per chunk, if it
+    comes that way) is held until it is complete and replaced, or until it turns out to be
+    something else and is let through. The output equals `Redactor.redact_bytes` of the whole
+    stream, whatever the chunking. The redactor is read on every chunk, so secrets registered after
+    the stream started count from the next chunk on; with none registered a chunk costs two
+    attribute reads. `flush` at the end of the stream lets the held tail out (it is no secret)."""
 
     def __init__(self, redactor: Redactor, same_length: bool = False) -> None:
         self.redactor = redactor
@@ -305,26 +326,57 @@ class StreamRedactor:
         self._held = b""
 
     def feed(self, chunk: bytes) -> bytes:
-        return self._scan(self._held + chunk, final=False)
+        if self.redactor._bytes is None and not self._held:
+            return chunk
+        return self._scan(self._held + chunk if self._held else chunk, final=False)
 
     def flush(self) -> bytes:
         return self._scan(self._held, final=True)
 
+    @property
+    def held(self) -> int:
+        """Bytes held back, waiting for the next chunk to tell whether they start a secret."""
+        return len(self._held)
+
+    def _hold_from(self, buf: bytes) -> int:
+        """The start of the longest tail of `buf` that is a proper prefix of a variant (else len(buf))."""
+        redactor = self.redactor
+        size = len(buf)
+        lowest = max(0, size - redactor.longest + 1)
+        first = size
+        for byte in redactor._starts:  # the earliest place a variant could start and still be incomplete
+            at = buf.find(byte, lowest)
+            if 0 <= at < first:
+                first = at
+        if first == size:
+            return size
+        prefixes = redactor._prefixes
+        for at in range(first, size):
+            if buf[at] in redactor._starts and buf[at:] in prefixes:
+                return at
+        return size
+
     def _scan(self, buf: bytes, final: bool) -> bytes:
-        pattern = self.redactor._bytes
+        redactor = self.redactor
+        pattern = redactor._bytes
         if pattern is None:
             self._held = b""
             return buf
-        limit = len(buf) if final else max(0, len(buf) - (self.redactor.longest - 1))
+        # A match starting before `hold` is final: no later byte can make a longer variant match there
+        # (buf[start:] would then be a proper prefix of it, and `hold` is the first such place).
+        hold = len(buf) if final else self._hold_from(buf)
+        if not redactor.contains(buf):
+            self._held = buf[hold:]
+            return buf[:hold]
         out = bytearray()
         pos = 0
         for match in pattern.finditer(buf):
-            if match.start() >= limit:
+            if match.start() >= hold:
                 break
             out += buf[pos:match.start()]
-            out += self.redactor._mask(match.group(0), self.same_length)
+            out += redactor._mask(match.group(0), self.same_length)
             pos = match.end()
-        cut = max(pos, limit)
+        cut = max(pos, hold)
         out += buf[pos:cut]
         self._held = buf[cut:]
         return bytes(out)

@@ -1,9 +1,10 @@
 """The `claude-code` agent: Claude Code's CLI in print mode, read from its stream-json output.
 
 Command: ``claude -p --output-format stream-json --verbose --include-partial-messages
---permission-mode <mode> [--model M] [--max-turns N] [args...]`` with the prompt on stdin (then
-closed), in the job's work dir. The sandbox gives it a private HOME, so its settings and caches stay
-in the job.
+--no-session-persistence --permission-mode <mode> [--model M] [--max-turns N] [args...]`` with the
+prompt on stdin (then closed), in the job's work dir. The sandbox gives it a private HOME, so its
+settings and caches stay in the job; it keeps no session transcript (which would hold every tool
+output, a printed key included), and its state folder is kept in memory (`private_state`).
 
 The stream (one JSON object per line; parsed as JSON, never by line prefixes):
 
@@ -40,6 +41,7 @@ Verified against Claude Code 2.1.332 (``tests/fixtures/streams/claude-*.jsonl``)
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 from ..sandbox.base import OutputLine
@@ -80,7 +82,8 @@ class ClaudeCodeAgent(CliAgent):
 
     def argv(self, paths: JobPaths) -> list[str]:
         argv = [self.spec.executable, "-p", "--output-format", "stream-json", "--verbose",
-                "--include-partial-messages", "--permission-mode", self.spec.permission_mode]
+                "--include-partial-messages", "--no-session-persistence", "--permission-mode",
+                self.spec.permission_mode]
         if self.spec.model:
             argv += ["--model", self.spec.model]
         if self.spec.max_turns:
@@ -90,6 +93,12 @@ class ClaudeCodeAgent(CliAgent):
 
     def parse(self, line: OutputLine) -> list[dict[str, Any]]:
         return parse_claude_line(line)
+
+    def private_state(self, paths: JobPaths, home: Path) -> tuple[list[Path], dict[str, str]]:
+        """The CLI's own state, which copies tool outputs (so a printed key): ``~/.claude`` and its
+        temp folder (tool outputs, by default under TMPDIR), moved into it. The sandbox keeps them in
+        memory where it can (see the lifecycle's agent phase)."""
+        return [home / ".claude"], {"CLAUDE_CODE_TMPDIR": str(home / ".claude" / "tmp")}
 
 
 # --------------------------------------------------------------------------------------------------

@@ -90,9 +90,18 @@ class CodexAgent(CliAgent):
 
     def live_usage_dir(self, paths: JobPaths, home: Path) -> Path:
         """Where Codex writes its session logs in this job (CODEX_HOME, default ~/.codex)."""
+        return self.codex_home(paths, home) / "sessions"
+
+    def codex_home(self, paths: JobPaths, home: Path) -> Path:
         codex_home = self.spec.env.get("CODEX_HOME")
-        base = Path(render(codex_home, paths.template_values())) if codex_home else home / ".codex"
-        return base / "sessions"
+        return Path(render(codex_home, paths.template_values())) if codex_home else home / ".codex"
+
+    def private_state(self, paths: JobPaths, home: Path) -> tuple[list[Path], dict[str, str]]:
+        """The CLI's own state, which copies tool outputs and its environment (so the key): its
+        session logs, shell snapshots and thread history, all in CODEX_HOME. The sandbox keeps it in
+        memory where it can (see the lifecycle's agent phase); the session log is then read through
+        the sandbox (`live_path`)."""
+        return [self.codex_home(paths, home)], {}
 
     @staticmethod
     def parse_rollout_line(text: str) -> dict[str, Any] | None:

@@ -38,8 +38,9 @@ import asyncio
 import dataclasses
 import inspect
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ...probes.capture import read_head
 from ..sandbox.base import ExecResult, OutputLine
@@ -134,7 +135,7 @@ class AgentSession:
 
     async def _watch_usage(self, directory: Path) -> None:
         """Tail the agent's own session log for running usage totals (see codex.py)."""
-        self._rollout = _LogTail(directory, (self.started_at or 0) - 1)
+        self._rollout = _LogTail(directory, (self.started_at or 0) - 1, self._live_path)
         while True:
             more = self._read_rollout()
             if not more:
@@ -154,6 +155,12 @@ class AgentSession:
             return False
         self._after_change()
         return more
+
+    def _live_path(self, path: Path) -> Path:
+        """Where the engine reads a path of the sandbox while the agent runs (a CLI's state may be in
+        the sandbox's memory only: ``sandbox.live_path``)."""
+        live = getattr(self.attempt.sandbox, "live_path", None)
+        return live(path) if live is not None else path
 
     async def _record_version(self) -> None:
         version_argv = getattr(self.adapter, "version_argv", None)
@@ -342,6 +349,8 @@ class AgentSession:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         while self._read_rollout():  # what the agent's own log got after the last poll (a cut stream)
             pass
+        if self._rollout is not None:
+            self._rollout.close()
         if self.stop_reason and self.stop_reason.startswith("budget:") and not result.killed and self.completion:
             # the agent finished on its own before the stop landed: its result stands
             self.budget_exceeded, self.stop_reason = self.stop_reason, None
@@ -394,28 +403,30 @@ def _estimate(totals: dict[str, Any]) -> float | None:
 
 class _LogTail:
     """Complete new lines of the newest ``rollout-*.jsonl`` under a directory, read as it grows; a
-    line longer than `FULL_LINE_MAX` is skipped, never held whole."""
+    line longer than `FULL_LINE_MAX` is skipped, never held whole.
+
+    The directory may live in the sandbox's memory only (`live` maps it to where the engine sees it
+    while the agent runs); the file stays open once found, so what the agent wrote just before it
+    exited can still be read after its sandbox's mounts are gone."""
 
     CHUNK = 1 << 22
 
-    def __init__(self, directory: Path, since: float) -> None:
+    def __init__(self, directory: Path, since: float, live: Callable[[Path], Path]) -> None:
         self.directory = directory
         self.since = since
-        self.path: Path | None = None
-        self.offset = 0
+        self.live = live
+        self.handle: BinaryIO | None = None
         self.pending = b""
         self.skipping = False
 
     def read(self) -> tuple[list[str], bool]:
         """(new complete lines, whether a full chunk was read: there may be more now)."""
-        if self.path is None:
-            self.path = _newest_log(self.directory, self.since)
-            if self.path is None:
+        if self.handle is None:
+            path = _newest_log(self.live(self.directory), self.since)
+            if path is None:
                 return [], False
-        with open(self.path, "rb") as handle:
-            handle.seek(self.offset)
-            data = handle.read(self.CHUNK)
-        self.offset += len(data)
+            self.handle = open(path, "rb")
+        data = self.handle.read(self.CHUNK)
         self.pending += data
         *complete, self.pending = self.pending.split(b"\n")
         if self.skipping and complete:  # the end of a line too long to keep: not a line
@@ -423,6 +434,11 @@ class _LogTail:
         if len(self.pending) > FULL_LINE_MAX:
             self.pending, self.skipping = b"", True
         return [raw.decode("utf-8", errors="replace") for raw in complete], len(data) == self.CHUNK
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
 
 
 def _newest_log(directory: Path, since: float) -> Path | None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from ..secrets import registry
 from .base import ExecResult, OutputLine, SandboxError, SandboxPathError
 from .lines import LineSplitter, RawLine
 
@@ -270,7 +271,15 @@ def kill_script(groups: Sequence[int], sig: str, also_cont: bool = False) -> str
 # -- output ------------------------------------------------------------------------------------
 
 class OutputSink:
-    """One stream of one exec: raw bytes to its file (flushed, so readers see them live), lines to ``on_line``."""
+    """One stream of one exec: bytes to its raw file (flushed, so readers see them live), lines to ``on_line``.
+
+    Every chunk goes through a `secrets.StreamRedactor` of the process-wide registry first, so
+    neither the file nor a line ever holds a registered secret, not even for a moment: a secret
+    becomes ``[REDACTED:NAME]`` before its first byte is written, however it was split across reads.
+    The redactor holds back only a tail that could still become a secret (the file lags the command
+    by those few bytes, never by a line); `close` lets it out. The file and the line splitter see the
+    same redacted bytes, so a line's byte offset in the file (`AgentSession._full_line`) stays right.
+    """
 
     def __init__(self, f: BinaryIO, stream: str, on_line: Callable[[OutputLine], None] | None) -> None:
         self.f = f
@@ -278,17 +287,36 @@ class OutputSink:
         self.on_line = on_line
         self.splitter = LineSplitter() if on_line is not None else None
         self.line_no = 0
+        self.redactor = registry().stream()
 
     def write(self, chunk: bytes) -> None:
+        chunk = self.redactor.feed(chunk)
+        if not chunk:
+            return
         self.f.write(chunk)
         self.f.flush()
         if self.splitter is not None:
             self._deliver(self.splitter.feed(chunk))
 
     def close(self) -> None:
-        """End of stream: deliver the last unterminated line."""
+        """End of stream: write what the redactor held back, deliver the last unterminated line."""
+        rest = self.redactor.flush()
+        if rest:
+            self.f.write(rest)
+            self.f.flush()
+            if self.splitter is not None:
+                self._deliver(self.splitter.feed(rest))
         if self.splitter is not None:
             self._deliver(self.splitter.flush())
+
+    def abandon(self) -> None:
+        """The stream was cut off (its reader cancelled): what the redactor held back still goes to the
+        file, without a line event (it is no secret: a secret is complete or not there)."""
+        rest = self.redactor.flush()
+        if rest:
+            with contextlib.suppress(OSError, ValueError):  # a full disk or a closed file: nothing to save
+                self.f.write(rest)
+                self.f.flush()
 
     def _deliver(self, lines: list[RawLine]) -> None:
         assert self.on_line is not None

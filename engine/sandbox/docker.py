@@ -21,6 +21,11 @@
   ``on_line``. The authoritative deadline is host-side and counts active (unpaused) time; the
   in-container ``timeout -k`` is a backstop (the deadline plus ``max(300 s, deadline)``) for when
   the engine or its connection to the daemon is gone — a pause longer than that lets it fire.
+* **Secrets**: output is redacted as it streams (`OutputSink`). An agent CLI's own state
+  (``~/.claude``, ``CODEX_HOME``, which copy tool outputs and the environment) is in the container's
+  writable layer, not on a tmpfs, so it is on the docker host's disk while the container lives and
+  goes into the checkpoint image (Claude Code keeps no session transcript:
+  ``--no-session-persistence``). A ``--tmpfs`` for those folders at container creation would close it.
 * **Pause** is ``docker pause`` (the cgroup freezer: nothing in the container runs, escapees included).
 * **Checkpoint**: after the agent phase the container is committed to an image
   (``resenv-ckpt:<run>-<job>-a<attempt>``, same labels), so any tier can be re-run later in a fresh

@@ -18,6 +18,10 @@ tool) rather than in namespaces made by hand:
   namespace keeps the engine's own uid, which sees only what is bound.
 * **Processes.** The command's pid namespace dies with bubblewrap: killing it kills every
   descendant, ``setsid`` or double-forked or not, and ``/proc`` shows no process but its own.
+* **Memory-only folders.** An agent CLI's own state (its session transcripts, shell snapshots and
+  temp files, which copy its tool outputs and its environment, API key included) is kept on a tmpfs
+  of the agent command's namespace (``ProcessSandbox.keep_in_memory``): never on disk, invisible
+  from outside but through ``/proc/<pid>/root`` of a process inside (``ProcessSandbox.live_path``).
 * **Environment.** bubblewrap starts from the command's clean environment, so its own ``/proc/1``
   holds nothing the command was not given.
 * **Network.** The host's ``network:`` setting: ``host`` (the default, agents install packages) or
@@ -83,8 +87,10 @@ class Isolation:
         return (self.uid, self.uid) if self.drops_to_uid else None
 
     def argv(self, argv: list[str], *, workdir: Path, cwd: Path, read_only: Iterable[Path] = (),
-             writable: Iterable[Path] = ()) -> list[str]:
-        """bubblewrap's command line that runs ``argv`` inside the namespace."""
+             writable: Iterable[Path] = (), in_memory: Iterable[Path] = ()) -> list[str]:
+        """bubblewrap's command line that runs ``argv`` inside the namespace; each folder of
+        ``in_memory`` (inside the work dir) is an empty tmpfs of the namespace's own, over what the disk
+        holds there, gone when the command ends."""
         out = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                "--unshare-cgroup-try", "--hostname", "resenv-sandbox"]
         if self.network == "none":
@@ -117,6 +123,10 @@ class Isolation:
             out += ["--bind", str(path), str(path)]
         for device in devices:
             out += ["--dev-bind-try", str(device), str(device)]
+        for folder in in_memory:
+            # world-writable and sticky, as /tmp: the namespace's processes all run as one uid, and the
+            # mount (made by bubblewrap, before the uid is dropped) cannot be given to it
+            out += ["--perms", "01777", "--tmpfs", str(folder)]
         out += ["--chdir", str(cwd), "--"]
         if self.drops_to_uid:
             out += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",

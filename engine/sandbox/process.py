@@ -223,6 +223,7 @@ class ProcessSandbox:
         self._owner = isolation.owner() if isolation is not None else None
         self._staged: list[Path] = []  # read-only paths every exec sees until concealed (the pristine)
         self._staged_rw: list[Path] = []  # package caches every exec may write until concealed
+        self._in_memory: list[Path] = []  # folders on a tmpfs of each exec's namespace (keep_in_memory)
         for d in (self.workdir, self.home, self.tmp):
             d.mkdir(parents=True, exist_ok=True)
             if self._owner is not None:
@@ -249,6 +250,45 @@ class ProcessSandbox:
         """Out of sight again: what :meth:`reveal` showed."""
         self._staged.clear()
         self._staged_rw.clear()
+
+    def keep_in_memory(self, folders: Sequence[Path]) -> list[Path]:
+        """Give the next commands each of these folders (inside the work dir) as an empty tmpfs of their
+        own namespace, over whatever the disk holds there, until called again (``[]``: none): what a
+        command writes there is never on disk and is gone when it ends. For an agent CLI's private
+        state, which copies its tool outputs and its environment. Returns the folders it keeps in
+        memory: none without isolation (``unsafe-process`` has no namespace to mount them in)."""
+        kept = []
+        for folder in folders:
+            folder = Path(folder)
+            if folder == self.workdir or not folder.is_relative_to(self.workdir):
+                raise SandboxPathError(f"not inside the work dir: {folder}")
+            kept.append(folder)
+        self._in_memory = kept if self.isolation is not None else []
+        for folder in self._in_memory:  # the mount point, the sandbox's own (empty: the tmpfs covers it)
+            folder.mkdir(parents=True, exist_ok=True)
+            self._give(folder, tree=False)
+        return list(self._in_memory)
+
+    def live_path(self, path: Path) -> Path:
+        """Where the engine reads ``path`` (a path inside the sandbox) while a command runs.
+
+        A path inside a folder kept in memory (`keep_in_memory`) exists only in the namespace of the
+        command: it is read through ``/proc/<pid>/root`` of a process in that namespace (the engine
+        may: it is root or the namespace's own user); when no command runs, or for any other path,
+        ``path`` itself."""
+        path = Path(path)
+        if not any(path == folder or path.is_relative_to(folder) for folder in self._in_memory):
+            return path
+        for run in list(self._runs):
+            if not run.namespaced:
+                continue
+            try:
+                children = Path(f"/proc/{run.pgid}/task/{run.pgid}/children").read_text().split()
+            except OSError:
+                continue
+            if children:
+                return Path(f"/proc/{children[0]}/root") / path.relative_to("/")
+        return path
 
     async def stage_pristine(self, path: Path) -> None:
         """Let the checkout's commands read the pristine copy, and no later command."""
@@ -380,7 +420,7 @@ class ProcessSandbox:
                 caches.append(self.isolation.cache_for(key, Path(value)))
                 env[key] = str(caches[-1])
         return self.isolation.argv(args, workdir=self.workdir, cwd=cwd, read_only=self._staged,
-                                   writable=caches), env
+                                   writable=caches, in_memory=self._in_memory), env
 
     @staticmethod
     def _spawn_failure_code(exc: OSError) -> int:
@@ -501,6 +541,9 @@ class ProcessSandbox:
                     break
                 sink.write(chunk)
             sink.close()
+        except asyncio.CancelledError:
+            sink.abandon()
+            raise
         except Exception as exc:  # on_line raised, or the disk is full: stop the command
             run.fail(exc)
             self._signal(run, signal.SIGKILL)

@@ -14,8 +14,12 @@ Same contract as :class:`~resenv.engine.sandbox.process.ProcessSandbox`, with th
 * **Exit codes.** The remote shell reports a command killed by signal N as 128+N; when resenv sent
   that signal (timeout, kill) the result says -N, as the local sandbox does. A lost connection is an
   infrastructure error (:class:`SandboxError`), never a result.
-* **Output** is read in chunks from the channel, appended raw to the local ``<log_prefix>.stdout``
-  and ``.stderr`` files and split into lines for ``on_line``, exactly like the local sandbox.
+* **Output** is read in chunks from the channel, redacted as it streams, appended to the local
+  ``<log_prefix>.stdout`` and ``.stderr`` files and split into lines for ``on_line``, exactly like the
+  local sandbox. What stays on the host's disk: commands run in no namespace here, so an agent CLI's
+  own state (``~/.claude``, ``CODEX_HOME``: transcripts, shell snapshots, temp files, which copy tool
+  outputs and the environment) is in the host's work dir until the agent ends (Claude Code keeps no
+  session transcript: ``--no-session-persistence``).
 * **Files**: ``put``/``get`` of single files use SFTP; trees travel as one tar stream.
 """
 
@@ -255,6 +259,9 @@ class RemoteProcessSandbox:
             if header is not None and (rest := header.leftover()):  # the marker never completed: keep what came
                 sink.write(rest)
             sink.close()
+        except asyncio.CancelledError:
+            sink.abandon()
+            raise
         except Exception as exc:
             run.fail(exc)
             self._spawn_signal([run], "KILL")

@@ -20,6 +20,17 @@ Mechanics (see also engine/slurm/script.py):
   job (submitted, pending with its reason, running on a node, suspended) is an event ``slurm`` of the
   attempt, which the dashboard shows. How the command ended comes from its exit status file; a job
   that ended without one is judged by its Slurm state (engine/slurm/states.py).
+* **Secrets** (what remains on disk; see engine/secrets.py). Over SSH the engine's own copy of the
+  output is redacted as it streams, like every sandbox's; the cluster's files keep the raw bytes. On
+  a file system shared with the engine the job appends its stdout/stderr to the engine's raw log
+  paths itself (`script.py`): the tail into ``on_line`` is redacted as it streams, so no event holds a
+  key, but the raw files hold what the command printed, a printed key included, until the command
+  ends (the lifecycle's ``redact_files``), and the dashboard's Raw log shows it meanwhile. (Closing
+  that would need the job to write into its spool and the engine to keep the only copy under the log
+  path.) In both modes ``cmd.sh`` (mode 0700, in the command's spool ``<log>.slurm/``) holds the
+  agent's environment, key included, from submission on and is not removed; and the agent CLIs'
+  state (``~/.claude``, ``CODEX_HOME``) is on the cluster's disk under the work dir until the agent
+  ends, when it is masked: no tmpfs is mounted there.
 * **Time**: ``active_s`` and resenv's timeouts count from the moment the job runs, never its time in
   the queue (``queued_s`` tells the job lifecycle how long its commands waited, so phase timeouts
   skip it too); pause → ``scontrol uhold`` (still queued) or ``scontrol suspend`` (running; where the

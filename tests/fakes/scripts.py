@@ -103,10 +103,22 @@ SECRET_LEAK: dict[str, Any] = {"steps": [
     {"text": "Done. For the record, I used the key from the environment."},
 ]}
 
+# A tool only PRINTS the agent's API key (it writes it to no file), then sleeps so that a poller can
+# look at every file while the CLI is live; then a normal report. No file may ever hold the key: not
+# the raw logs, not the CLI's own session transcripts, caches or temp files.
+PRINT_KEY: dict[str, Any] = {"steps": [
+    {"text": "Checking the credentials.", "commands": ["echo \"the key is $ANTHROPIC_API_KEY$OPENAI_API_KEY\"; sleep 5"]},
+    {"text": "Writing the report.",
+     "commands": ["python3 -c \"import json, sys; json.dump({'python_path': sys.executable, 'notes': 'printed the key "
+                  "only'}, open('report.json', 'w'))\" && sleep 2"]},
+    {"text": "Done."},
+]}
+
 SCENARIOS = {
     "setup": SETUP, "slow-setup": SLOW_SETUP, "retry": RETRY, "auth-failure": AUTH_FAILURE, "server-error": SERVER_ERROR,
     "forbidden": FORBIDDEN, "quota": QUOTA, "dropped": DROPPED, "max-turns": MAX_TURNS,
     "permission-denied": PERMISSION_DENIED, "big-output": BIG_OUTPUT, "secret-leak": SECRET_LEAK,
+    "print-key": PRINT_KEY,
 }
 
 # --------------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ Without them these tests skip, unless RESENV_REQUIRE_AGENT_CLIS=1 (CI), where th
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 from ..conftest import REPO_ROOT, resenv, write_benchmark
 from ..fakes.scripted_model import Script, ScriptedModel
 from ..fakes.scripts import PLANTED_KEY, REPO_FILES, SCENARIOS
+from ..secret_watch import SecretWatch
 from .test_agent_session import assert_secret_nowhere, events
 from .test_engine_run import assert_events_complete, db_rows
 
@@ -81,7 +83,9 @@ def agents_block(url: str, claude_extra: str = "", codex_extra: str = "", claude
 
 def run_scenarios(tmp_path: Path, cli_env: dict, scenarios: list[str], *, claude_extra: str = "",
                   codex_extra: str = "", claude_env: str = "", defaults: str = PRICES, agents: tuple[str, ...] = ("claude", "codex"),
-                  tiers: str = "all", retries: str = "{infra: 0, backoff_s: 0.1}") -> tuple[Path, str, ScriptedModel]:
+                  tiers: str = "all", retries: str = "{infra: 0, backoff_s: 0.1}",
+                  watch: SecretWatch | None = None) -> tuple[Path, str, ScriptedModel]:
+    """Run the scenarios through `resenv run`; `watch` (a `SecretWatch`) polls while the run is live."""
     # one route per job, so that each job gets its own scripted failures
     routes = {f"/jobs/{name}--{agent}/": Script.from_dict(SCENARIOS[name]) for name in scenarios for agent in agents}
     model = ScriptedModel(Script.from_dict(SCENARIOS["setup"]), routes=routes).start()
@@ -93,7 +97,8 @@ def run_scenarios(tmp_path: Path, cli_env: dict, scenarios: list[str], *, claude
         args = ["run", str(bench), "--jobs", "4", "--tiers", tiers]
         for agent in agents:
             args += ["--agent", agent]
-        done = resenv(*args, env=env, cwd=tmp_path, timeout=540)
+        with watch or contextlib.nullcontext():
+            done = resenv(*args, env=env, cwd=tmp_path, timeout=540)
         assert done.returncode == 0, done.stdout + done.stderr
     finally:
         model.stop()
@@ -222,6 +227,32 @@ def test_model_api_outages_are_infrastructure_outside_the_denominators(tmp_path,
     shown = resenv("show", run_id, env=cli_env, cwd=tmp_path)
     assert "model_api" in shown.stdout, shown.stdout
     assert_events_complete(db, run_id)
+
+
+def test_real_clis_never_leave_a_printed_key_in_a_file_while_live_or_after(tmp_path, cli_env) -> None:
+    """A tool prints the key (and writes it nowhere), then sleeps: every file under the data dir (the
+    raw logs, the CLI's HOME with its own session transcripts, shell snapshots, caches and temp files)
+    and the store are polled while the CLIs run and after; none may ever hold the key. Codex's session
+    log still feeds the live usage (tokens in the store before the turn's end is not asserted here:
+    the usage rows must simply be right)."""
+    data_dir = Path(cli_env["RESENV_DATA_DIR"])
+    data_dir.mkdir(parents=True, exist_ok=True)
+    db = Path(cli_env["RESENV_DB"])
+    watch = SecretWatch([PLANTED_KEY, OPENAI_KEY], [data_dir], [db, Path(f"{db}-wal")])
+    db, run_id, model = run_scenarios(tmp_path, cli_env, ["print-key"], tiers="C1", watch=watch)
+    assert not watch.hits, f"the key was on disk in: {sorted(watch.hits)}"
+    assert watch.scans > 20, watch.scans
+    for agent in ("claude", "codex"):
+        key = f"print-key/{agent}"
+        [job] = db_rows(db, "SELECT * FROM jobs WHERE run_id = ? AND key = ?", (run_id, key))
+        assert job["state"] == "done", (key, job["reason"])
+        said = [e for e in events(db, run_id, "transcript", key) if e["type"] == "tool_result"][0]
+        assert "[REDACTED:" in said["output"] and "the key is" in said["output"], said
+        assert tiers_of(db, run_id, key)["C1"][0] == "pass", tiers_of(db, run_id, key)
+        assert usage_of(db, run_id, key)["input_tokens"] > 0
+    assert any(r.get("route") == "/jobs/print-key--codex/" for r in model.requests)
+    for secret in (PLANTED_KEY, OPENAI_KEY):
+        assert_secret_nowhere(secret, data_dir, db)
 
 
 def test_real_clis_failures_max_turns_permission_denial(tmp_path, cli_env) -> None:

@@ -55,7 +55,10 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
-def write_benchmark(root: Path, seconds: float, head: int | None, tail: int | None) -> Path:
+SECRET = "sk-perf-flood-secret-0123456789abcdef"
+
+
+def write_benchmark(root: Path, seconds: float, head: int | None, tail: int | None, secret: bool = False) -> Path:
     (root / "repo").mkdir()
     (root / "repo" / "main.py").write_text("print('ok')\n")
     output = ""
@@ -73,10 +76,10 @@ def write_benchmark(root: Path, seconds: float, head: int | None, tail: int | No
         """) + output + textwrap.dedent("""\
         hosts: {local: {kind: local, slots: 1, gpus: 0}}
         agents:
-          flood: {kind: command, command: "yes x"}
+          flood: {kind: command, command: "yes x"FROM}
         suites: {s: {repos: [{id: r, source: {path: repo}, entrypoints: {cpu: {command: 'true'}},
                                 not_applicable: {single_gpu: x, multi_gpu: y}}]}}
-        """))
+        """).replace("FROM", ", env_from: [RESENV_PERF_SECRET]" if secret else ""))
     return bench
 
 
@@ -94,9 +97,9 @@ def quarters(samples: list[tuple[float, int]], start: float, end: float) -> list
 def flood(args: argparse.Namespace) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="resenv-perf-flood-"))
     try:
-        bench = write_benchmark(root, args.seconds, args.head_bytes, args.tail_bytes)
+        bench = write_benchmark(root, args.seconds, args.head_bytes, args.tail_bytes, args.secret)
         db = root / "store.db"
-        env = {**os.environ, "RESENV_DB": str(db), "RESENV_DATA_DIR": str(root / "data")}
+        env = {**os.environ, "RESENV_DB": str(db), "RESENV_DATA_DIR": str(root / "data"), "RESENV_PERF_SECRET": SECRET}
         if pu.SOURCE_TREE:  # the child engine imports the measured tree too (the shim _perfutil made)
             env["RESENV_PERF_SRC"] = pu.SOURCE_TREE
             env["PYTHONPATH"] = os.pathsep.join(p for p in (sys.path[0], env.get("PYTHONPATH")) if p)
@@ -172,6 +175,8 @@ def main() -> None:
                              f"{DEFAULT_AGENT_TIMEOUT_S})")
     parser.add_argument("--head-bytes", type=int, default=None, help="defaults.output.head_bytes (default: the engine's)")
     parser.add_argument("--tail-bytes", type=int, default=None, help="defaults.output.tail_bytes (default: the engine's)")
+    parser.add_argument("--secret", action="store_true",
+                        help="give the agent a secret (env_from), so every byte goes through the streaming redactor")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     print(f"one job whose agent runs `yes x` for its {args.seconds:g} s agent timeout "

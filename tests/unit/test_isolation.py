@@ -66,3 +66,13 @@ def test_a_bubblewrap_that_cannot_make_namespaces_is_one_clear_line(tmp_path: Pa
     broken.chmod(0o755)
     with pytest.raises(IsolationUnavailable, match="No permissions to create new namespace.*unsafe-process"):
         check_available(str(broken))
+
+
+def test_folders_kept_in_memory_are_tmpfs_mounted_over_the_work_dir(tmp_path: Path) -> None:
+    work = tmp_path / "job" / "work"
+    state = work / "home" / ".codex"
+    argv = Isolation().argv(["true"], workdir=work, cwd=work, in_memory=[state])
+    bind = argv.index("--bind", argv.index(str(work)) - 1)
+    tmpfs = argv.index(str(state))
+    assert argv[tmpfs - 1] == "--tmpfs" and argv[tmpfs - 3:tmpfs - 1] == ["--perms", "01777"]
+    assert bind < tmpfs < argv.index("--chdir")  # mounted over the bound work dir, not under it
