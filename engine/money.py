@@ -49,8 +49,17 @@ def usd(amount: float | int | None, partial: bool = False) -> str:
 
 
 def spend(total: float | None, priced: int, rows: int) -> tuple[float | None, bool]:
-    """A cost summed over usage rows (`SUM(cost_usd)`, `COUNT(cost_usd)`, `COUNT(*)`) as (dollars or
-    None when no row had a price, whether only some rows had one: the sum is then a lower bound)."""
-    if not rows or not priced or total is None:
+    """A cost summed over usage rows (`SUM(cost_usd)`, `COUNT(cost_usd)`, `COUNT(*)`) as (dollars, or
+    None when no row had a price; whether some row had none, so that a known sum is a lower bound).
+    No rows at all is (None, False): nothing was spent that anyone recorded."""
+    if not rows:
         return None, False
+    if not priced or total is None:
+        return None, True
     return float(total), priced < rows
+
+
+def add(a: tuple[float | None, bool], b: tuple[float | None, bool]) -> tuple[float | None, bool]:
+    """Two (dollars, partial) costs summed: unknown plus known is known and partial."""
+    cost = b[0] if a[0] is None else a[0] if b[0] is None else a[0] + b[0]
+    return cost, a[1] or b[1]
