@@ -341,7 +341,7 @@ def _session_line(data: dict[str, Any]) -> str:
 def _completion_line(data: dict[str, Any]) -> str:
     status = data.get("status") or "?"
     failed = status != "success" or data.get("is_error")
-    why_ended = [str(data[key]) for key in ("subtype", "terminal_reason") if data.get(key)
+    why_ended = [str(data[key]) for key in (("subtype", "terminal_reason") if failed else ("subtype",)) if data.get(key)
                  and data[key] != status and not (failed and data[key] == "success")][:1]
     parts = [f"{status}" + (f" ({why_ended[0]})" if why_ended else "")]
     if data.get("num_turns") is not None:

@@ -207,7 +207,7 @@ class OverviewScreen(DashScreen):
 
     def compose(self) -> ComposeResult:
         yield Static(id="run-header")
-        yield FitTable(id="jobs", cursor_type="row", zebra_stripes=True, fill="repo", fill_min=18)
+        yield FitTable(id="jobs", cursor_type="row", zebra_stripes=True, fill="repo", fill_min=16)
         with Horizontal(id="bottom"):
             yield Static(id="pyramid")
             yield Static(id="hoststrip")
@@ -442,6 +442,8 @@ class OverviewScreen(DashScreen):
             # jobs that ended in error are outside every denominator: one more line says how many, by category
             errors = any(score.errors for score in scores.agents.values())
             self.query_one("#bottom").styles.height = 10 if errors else 9
+            panel.border_title = ("Pyramid · C0–C4 passed/judged · ! errors outside rates" if errors
+                                  else "Pyramid · C0–C4 passed/judged per agent")
 
     def on_resize(self, event: Any) -> None:
         if self._ready:

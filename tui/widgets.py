@@ -66,9 +66,10 @@ def _tier_text(statuses: tuple[str | None, ...]) -> Text:
 
 
 @lru_cache(maxsize=64)
-def state_text(state: str, category: str | None = None) -> Text:
-    """A job's state with its mark; a job that ended in error with its category (`! error/model_api`)."""
-    shown = f"{state}/{category}" if state == "error" and category else state
+def state_text(state: str, category: str | None = None, short: bool = False) -> Text:
+    """A job's state with its mark; a job that ended in error with its category (`! error/model_api`;
+    `short`, for the jobs table's narrow column: `! model_api`, the mark and colour saying error)."""
+    shown = (category if short else f"{state}/{category}") if state == "error" and category else state
     return Text(f"{STATE_MARK.get(state, ' ')} {shown}", STATE_STYLE.get(state, ""), no_wrap=True)
 
 
@@ -113,7 +114,7 @@ def job_cells(job: JobView, selected: Sequence[str], now: float) -> tuple[Any, .
     escaped because DataTable reads strings as markup; numbers padded to their column's width."""
     return (
         job.id, escape(job.repo), escape(job.agent), escape(job.where),
-        state_text(job.state, job.category) if not job.queue else queue_state_text(job.queue),
+        state_text(job.state, job.category, short=True) if not job.queue else queue_state_text(job.queue),
         tier_text(job.tier_display(selected)), str(job.attempts) if job.attempts else "—",
         f"{tokens_text(job.tokens):>6}", f"{job.cost_text:>8}", f"{duration(job.elapsed(now)):>7}",
     )
@@ -121,7 +122,7 @@ def job_cells(job: JobView, selected: Sequence[str], now: float) -> tuple[Any, .
 
 OVERVIEW_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("id", "#", 4), ("repo", "repo", 18), ("agent", "agent", 12), ("where", "host:GPU", 12),
-    ("state", "state", 15), ("tiers", TIER_HEADER, 17), ("attempt", "try", 3), ("tokens", "tokens", 6),
+    ("state", "state", 11), ("tiers", TIER_HEADER, 17), ("attempt", "try", 3), ("tokens", "tokens", 6),
     ("cost", "cost", 8), ("elapsed", "elapsed", 7),
 )
 
@@ -189,10 +190,11 @@ class FitTable(DataTable):
 
 # -- pyramids ---------------------------------------------------------------------------------
 def errors_line(score: AgentScore, width: int) -> Text:
-    """The agent's jobs that ended in error, by category, outside every denominator (blank if none)."""
+    """The agent's jobs that ended in error, by category (blank if none): outside every denominator,
+    as the panel's title says."""
     if not score.errors:
         return Text(" " * width)
-    return _fit(Text(f"! {score.errors_text}, not in rates", "bold red", no_wrap=True), width)
+    return _fit(Text(f"! {score.errors_text}", "bold red", no_wrap=True), width)
 
 
 def agent_pyramid(score: AgentScore, width: int) -> list[Text]:
