@@ -185,3 +185,20 @@ def test_session_events_are_merged_into_the_transcript_in_time_order(store) -> N
         "! error model_api 503: overloaded · will retry · infrastructure: not the agent's failure",
     ]
     assert format_event("redacted", {"files": 2, "paths": ["a", "b"]}) == ["  redacted secrets from 2 files"]
+
+
+def test_the_dashboard_follows_usage_rows_a_session_updates_in_place(store) -> None:
+    db, jobs = store
+    feed = RunFeed(db, RUN)
+    feed.load()
+    assert feed.jobs[jobs["cheap"]].cost_text == "$0.0030"
+    conn = open_for_writing(db)  # what a session's flush does: the same row, new totals, then a `usage` event
+    conn.execute("UPDATE usage SET cost_usd = 0.0125, output_tokens = 400 WHERE job_id = ?", (jobs["cheap"],))
+    conn.execute("INSERT INTO events (run_id, job_id, attempt_id, seq, ts, kind, data) SELECT ?, ?, attempt_id, 99, ?,"
+                 " 'usage', '{}' FROM usage WHERE job_id = ?", (RUN, jobs["cheap"], NOW, jobs["cheap"]))
+    conn.close()
+    feed.poll()
+    cheap = feed.jobs[jobs["cheap"]]
+    assert (cheap.cost_text, cheap.tokens) == ("$0.01", 1300) and feed.cost_text == "≥$0.01"
+    assert feed.take().usage
+    feed.shutdown()
