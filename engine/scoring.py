@@ -184,8 +184,9 @@ def score_run(reader: StoreReader, run_id: str, scoring: Scoring | str | int | N
                                "category": category, "reason": job["reason"] if failed else None}
         if failed:
             score.errors[category or "uncategorized"] += 1
+            reason = job["reason"] or (ended.get(job["id"]) or {}).get("reason")
             errors.append({"repo": job["repo_id"], "agent": job["agent"], "category": category,
-                           "infra": is_infra(category), "reason": job["reason"] or (ended.get(job["id"]) or {}).get("reason")})
+                           "infra": is_infra(category), "reason": reason})
         for tier in ALL_TIERS:
             result = results.get(job["id"], {}).get(tier)
             row[tier] = None if result is None else {"status": result["status"], "category": result["category"]}
