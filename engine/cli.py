@@ -32,7 +32,8 @@ from .scoring import choose_scoring, render, score_run
 from .scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, not_rescored_lines
 from .scorings import header as scoring_header
 from .omitted import omitted_text
-from .views import job_rows, omitted_output, tier_glyphs
+from .outcomes import OUTSIDE, errors_text
+from .views import error_counts, job_rows, omitted_output, tier_glyphs
 
 # Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -274,10 +275,12 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
     for row in rows:
         row["omitted_output"] = omitted.get(row["id"], [])
     lines = [scoring_header(chosen, scorings), *not_rescored_lines(not_rescored(reader.rows, chosen))]
-    if as_json:
+    errors = error_counts(rows)
+    if as_json:  # dollars as numbers (null: unknown), never as text
         scoring = chosen.to_json() | {"header": lines[0], "original_rules_version": scorings[0].rules_version}
-        click.echo(json.dumps({"run": run_row | {"spec_json": None}, "scoring": scoring, "jobs": rows},
-                              indent=2, default=str))
+        jobs = [{key: value for key, value in row.items() if key != "cost_text"} for row in rows]
+        click.echo(json.dumps({"run": run_row | {"spec_json": None}, "scoring": scoring, "jobs": jobs,
+                               "errors": errors}, indent=2, default=str))
         return
     console.print(f"run {run_row['id']} · {run_row['name']} · {run_row['state']} · {run_row['data_dir']}")
     for line in lines:
@@ -286,11 +289,13 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
                   "elapsed", "reason")
     for row in rows:
         table.add_row(
-            row["key"], row["where"], row["state"], tier_glyphs(row["tiers"]), str(row["attempts"]),
+            row["key"], row["where"], row["state_text"], tier_glyphs(row["tiers"]), str(row["attempts"]),
             row["agent_seconds"], row["tokens_text"], row["cost_text"], row["elapsed"], row["reason"] or "",
         )
     console.print(table)
     console.print("tiers: ✓ pass  ✗ fail  – skip  ! error  · not scored")
+    for agent, counts in errors.items():
+        console.print(f"{agent}: {errors_text(counts)}, {OUTSIDE}", markup=False)
     if omitted:
         console.print("output left out of the store by the output budget (defaults.output; the raw logs"
                       " keep every byte):", markup=False)

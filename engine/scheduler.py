@@ -27,6 +27,7 @@ from .fleet import start_fleet, stop_fleet  # issue 7
 from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
 from .output import ROW_OVERHEAD, OutputBudget, limits_of
+from .outcomes import INFRA_CATEGORIES
 from .paths import absolute
 from .recovery import replay_attempt_logs
 from .runlock import EngineBusy, RunLock
@@ -633,7 +634,7 @@ class Engine:
             job_state = "queued"
             if stop == "retry":
                 self.pending.append(job["id"])
-        elif outcome.state == "error" and outcome.category in ("infra", "model_api") and self._may_retry_infra(job):
+        elif outcome.state == "error" and outcome.category in INFRA_CATEGORIES and self._may_retry_infra(job):
             job_state = "queued"
             self.requeue_after[job["id"]] = time.monotonic() + self.bench.defaults.retries.backoff_s * job["attempts"]
         else:

@@ -2,7 +2,13 @@
 
 Denominators are explicit: a tier counts a job only when it was judged (`pass` or `fail`). Skips
 (not applicable, insufficient hardware) and infrastructure errors leave the denominator and are
-counted in their own columns, so a missing GPU never reads as an agent failure.
+counted in their own columns, so a missing GPU never reads as an agent failure. A job whose final
+state is `error` (a failed checkout, the model's API down: engine/outcomes.py) is outside every
+denominator, whatever an earlier attempt judged, and is counted per agent by its category instead,
+so it never vanishes silently from the pass rates.
+
+Dollars are shown by engine/money.py (unknown is `—`, never `$0.00`); JSON keeps the number, null
+when unknown.
 
 Every score is of one scoring of the run (engine/scorings.py): by default the latest, and every
 rendering names it and its rules version, so a rescored run is never mistaken for its original.
@@ -21,6 +27,8 @@ from .scorings import Scoring, list_scorings, not_rescored, not_rescored_lines, 
 from .scorings import header as scoring_header
 from .store import StoreReader
 from .findings import job_findings
+from .money import add, spend, usd
+from .outcomes import OUTSIDE, errors_text, is_infra
 from .tiers import ALL_TIERS
 
 PYRAMID = ("C0", "C1", "C2", "C3", "C4")
@@ -61,8 +69,21 @@ class AgentScore:
     agent_seconds: float = 0.0
     input_tokens: int = 0
     output_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = None  # None: no job's cost is known
+    cost_partial: bool = False  # some tokens had no price: a known cost is a lower bound
     env_bytes: list[int] = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)  # jobs that ended in `error`, by category
+
+    def add_cost(self, cost: float | None, partial: bool) -> None:
+        self.cost_usd, self.cost_partial = add((self.cost_usd, self.cost_partial), (cost, partial))
+
+    @property
+    def cost_text(self) -> str:
+        return usd(self.cost_usd, self.cost_partial)
+
+    @property
+    def errors_text(self) -> str:
+        return errors_text(self.errors)
 
     @property
     def c0_paper_ratio(self) -> float | None:
@@ -82,6 +103,7 @@ class RunScores:
     repos: list[dict[str, Any]]  # one pyramid row per job: repo, agent, tier -> status/category
     per_job_hallucinations: list[dict[str, Any]]
     findings: list[dict[str, Any]] = field(default_factory=list)  # integrity findings, one row each
+    errors: list[dict[str, Any]] = field(default_factory=list)  # jobs that ended in `error`, one row each
     scoring: Scoring | None = None  # which scoring of the run these are
     scorings: list[Scoring] = field(default_factory=list)  # all of them, the original first
     not_rescored: list[dict[str, Any]] = field(default_factory=list)  # jobs this scoring did not judge
@@ -141,8 +163,12 @@ def score_run(reader: StoreReader, run_id: str, scoring: Scoring | str | int | N
         " ON a.id = p.attempt_id WHERE a.run_id = ? AND p.name = 'agent' GROUP BY a.job_id", (run_id,))}
     usage = {row["job_id"]: row for row in reader.rows(
         "SELECT job_id, SUM(input_tokens + cached_input_tokens + cache_write_tokens) AS input,"
-        " SUM(output_tokens) AS output, SUM(COALESCE(cost_usd, 0)) AS cost FROM usage WHERE run_id = ?"
-        " GROUP BY job_id", (run_id,))}
+        " SUM(output_tokens) AS output, SUM(cost_usd) AS cost, COUNT(cost_usd) AS priced, COUNT(*) AS n"
+        " FROM usage WHERE run_id = ? GROUP BY job_id", (run_id,))}
+    ended = {row["job_id"]: row for row in reader.rows(  # the latest full attempt: why a job in `error` ended
+        "SELECT a.job_id, a.category, a.reason FROM attempts a WHERE a.run_id = ? AND a.scope = 'job'"
+        " AND a.number = (SELECT MAX(number) FROM attempts WHERE job_id = a.job_id AND scope = 'job')", (run_id,))}
+    errors = []
     for job in jobs:
         score = agents.setdefault(job["agent"], AgentScore(job["agent"]))
         score.jobs += 1
@@ -150,15 +176,24 @@ def score_run(reader: StoreReader, run_id: str, scoring: Scoring | str | int | N
         if job["id"] in usage:
             score.input_tokens += usage[job["id"]]["input"] or 0
             score.output_tokens += usage[job["id"]]["output"] or 0
-            score.cost_usd += usage[job["id"]]["cost"] or 0.0
-        row: dict[str, Any] = {"repo": job["repo_id"], "agent": job["agent"], "state": job["state"]}
+            found = usage[job["id"]]
+            score.add_cost(*spend(found["cost"], found["priced"], found["n"]))
+        failed = job["state"] == "error"  # outside every denominator: counted by its category instead
+        category = (ended.get(job["id"]) or {}).get("category") if failed else None
+        row: dict[str, Any] = {"repo": job["repo_id"], "agent": job["agent"], "state": job["state"],
+                               "category": category, "reason": job["reason"] if failed else None}
+        if failed:
+            score.errors[category or "uncategorized"] += 1
+            reason = job["reason"] or (ended.get(job["id"]) or {}).get("reason")
+            errors.append({"repo": job["repo_id"], "agent": job["agent"], "category": category,
+                           "infra": is_infra(category), "reason": reason})
         for tier in ALL_TIERS:
             result = results.get(job["id"], {}).get(tier)
             row[tier] = None if result is None else {"status": result["status"], "category": result["category"]}
-            if result is not None:
+            if result is not None and not failed:
                 _count(score, tier, result)
         repos.append(row)
-        c5 = results.get(job["id"], {}).get("C5")
+        c5 = results.get(job["id"], {}).get("C5") if not failed else None
         if c5 is not None:
             evidence = c5["evidence"]
             kinds = Counter(item["kind"] for item in evidence.get("hallucinations", []))
@@ -171,7 +206,7 @@ def score_run(reader: StoreReader, run_id: str, scoring: Scoring | str | int | N
     findings = [{"repo": job["repo_id"], "agent": job["agent"], **{k: f[k] for k in ("kind", "path", "action")}}
                 for job in jobs for f in by_job.get(job["id"], [])]
     return RunScores(run=run, agents=agents, repos=repos, per_job_hallucinations=hallucinated, findings=findings,
-                     scoring=chosen, scorings=scorings, not_rescored=not_rescored(reader.rows, chosen))
+                     errors=errors, scoring=chosen, scorings=scorings, not_rescored=not_rescored(reader.rows, chosen))
 
 
 def _count(score: AgentScore, tier: str, result: dict[str, Any]) -> None:
@@ -211,7 +246,8 @@ def _pct(value: float | None) -> str:
 
 def agent_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
     header = ["agent", "jobs", "C0 paper", "C0 3rd-party", *PYRAMID[1:], "C5 path", "C5 version",
-              "C5 capability", "no/invalid report", "agent time", "tokens in/out", "cost", "env size"]
+              "C5 capability", "no/invalid report", "agent time", "tokens in/out", "cost", "env size",
+              f"errors ({OUTSIDE})"]
     rows = []
     for score in scores.agents.values():
         tiers = []
@@ -228,14 +264,14 @@ def agent_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
             score.agent, str(score.jobs), _pct(score.c0_paper_ratio), _pct(score.c0_third_party_ratio), *tiers,
             *(str(score.hallucinations.get(kind, 0)) for kind in HALLUCINATION_KINDS),
             str(sum(score.report_problems.values())), f"{score.agent_seconds:.1f}s",
-            f"{score.input_tokens}/{score.output_tokens}", f"${score.cost_usd:.2f}",
-            "—" if size is None else f"{size / 2**20:.0f} MiB (median)",
+            f"{score.input_tokens}/{score.output_tokens}", score.cost_text,
+            "—" if size is None else f"{size / 2**20:.0f} MiB (median)", score.errors_text or "—",
         ])
     return header, rows
 
 
 def repo_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
-    header = ["repo", "agent", *ALL_TIERS]
+    header = ["repo", "agent", "state", *ALL_TIERS]
     rows = []
     for row in scores.repos:
         cells = []
@@ -245,7 +281,8 @@ def repo_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
                 cells.append("·")
             else:
                 cells.append(result["status"] + (f" ({result['category']})" if result["category"] else ""))
-        rows.append([row["repo"], row["agent"], *cells])
+        state = f"{row['state']}/{row['category']}" if row["state"] == "error" and row["category"] else row["state"]
+        rows.append([row["repo"], row["agent"], state, *cells])
     return header, rows
 
 
@@ -253,6 +290,10 @@ def render(scores: RunScores, fmt: str) -> str:
     if fmt == "json":
         return json.dumps(to_json(scores), indent=2)
     tables = [("Agents", *agent_table(scores)), ("Repos", *repo_table(scores))]
+    if scores.errors:
+        tables.append((f"Jobs that ended in error ({OUTSIDE})", ["repo", "agent", "category", "infra", "reason"],
+                       [[e["repo"], e["agent"], e["category"] or "uncategorized", "yes" if e["infra"] else "no",
+                         e["reason"] or ""] for e in scores.errors]))
     if scores.findings:
         tables.append(("Integrity findings", ["repo", "agent", "kind", "path", "action"],
                        [[f["repo"], f["agent"], f["kind"], f["path"], f["action"]] for f in scores.findings]))
@@ -275,7 +316,8 @@ def render(scores: RunScores, fmt: str) -> str:
     for title, header, rows in tables:
         parts.append(f"## {title}\n\n" + _markdown(header, rows))
     parts.append("Pass rates are passed/judged; skips (`no hw`: too few GPUs on the host) and infrastructure "
-                 "errors (`err`) are outside the denominator. C0 paper = 1 − missing/all imports (stdlib and "
+                 "errors (`err`) are outside the denominator, and so is every job that ended in error (counted per "
+                 "agent by category in `errors`). C0 paper = 1 − missing/all imports (stdlib and "
                  "repo-own included, as the paper counts); C0 3rd-party = the same over third-party imports only.")
     return "\n\n".join(parts) + "\n"
 
@@ -292,7 +334,11 @@ def to_json(scores: RunScores) -> dict[str, Any]:
                       for tier, tally in score.tiers.items()},
             "hallucinations": dict(score.hallucinations), "report_problems": dict(score.report_problems),
             "agent_seconds": score.agent_seconds, "input_tokens": score.input_tokens,
-            "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "env_bytes": score.env_bytes,
+            "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "cost_partial": score.cost_partial,
+            "env_bytes": score.env_bytes,
+            "errors": {"total": sum(score.errors.values()), "by_category": dict(score.errors),
+                       "infra": sum(n for category, n in score.errors.items() if is_infra(category)),
+                       "outside_denominators": True},
         }
     scoring = None
     if scores.scoring is not None:
@@ -301,7 +347,7 @@ def to_json(scores: RunScores) -> dict[str, Any]:
     return {"run": {key: scores.run[key] for key in ("id", "name", "suite", "state")}, "scoring": scoring,
             "scorings": [item.to_json() for item in scores.scorings], "agents": agents,
             "repos": scores.repos, "hallucinations_per_job": scores.per_job_hallucinations,
-            "integrity_findings": scores.findings}
+            "integrity_findings": scores.findings, "errors": scores.errors}
 
 
 def _markdown(header: list[str], rows: list[list[str]]) -> str:

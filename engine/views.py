@@ -8,6 +8,8 @@ from typing import Any
 from .scoring import choose_scoring
 from .scorings import Scoring
 from .findings import findings_summary, job_findings
+from .money import spend, usd
+from .outcomes import is_infra, state_text
 from .store import StoreReader
 
 TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
@@ -19,8 +21,9 @@ def tier_glyphs(tiers: dict[str, str | None]) -> str:
 
 
 def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -> list[dict[str, Any]]:
-    """One row per job: where it ran, its state, the latest status of each tier in `scoring` (default:
-    the latest scoring), agent time."""
+    """One row per job: where it ran, its state (with the category of the attempt that ended it:
+    `state_text` is ``error/model_api``), the latest status of each tier in `scoring` (default: the
+    latest scoring), agent time, tokens and dollars (`cost_usd`: None when unknown)."""
     if scoring is None:
         scoring, _ = choose_scoring(reader, run_id)
     where, params = scoring.where()
@@ -44,6 +47,12 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
             " SUM(cost_usd) AS cost, COUNT(cost_usd) AS priced, COUNT(*) AS n FROM usage WHERE run_id = ?"
             " GROUP BY job_id", (run_id,))
     }
+    ended = {  # the category of each job's latest full attempt: why a job in `error` ended so
+        row["job_id"]: row["category"] for row in reader.rows(
+            "SELECT a.job_id, a.category FROM attempts a WHERE a.run_id = ? AND a.scope = 'job'"
+            " AND a.number = (SELECT MAX(number) FROM attempts WHERE job_id = a.job_id AND scope = 'job')",
+            (run_id,))
+    }
     findings = job_findings(reader, run_id)
     rows = []
     for job in reader.jobs(run_id):
@@ -51,8 +60,13 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
         if job["gpus"]:
             where += f":{job['gpus']}"
         seconds = agent_time.get(job["id"])
+        category = ended.get(job["id"]) if job["state"] == "error" else None
         rows.append({
             **job,
+            "category": category,
+            "state_text": state_text(job["state"], category),
+            "infra": job["state"] == "error" and is_infra(category),
+            "outside_denominators": job["state"] == "error",
             "where": where,
             "tiers": tiers.get(job["id"], {}),
             "agent_seconds": f"{seconds:.1f}" if seconds is not None else "—",
@@ -72,13 +86,24 @@ def _elapsed(job: dict[str, Any]) -> str:
 
 
 def _spend(row: dict[str, Any] | None) -> dict[str, Any]:
-    """Tokens and cost of a job for tables ("—" when unknown; "≥" when some model had no price)."""
+    """Tokens and cost of a job for tables ("—" when unknown; "≥" when some model had no price):
+    `cost_usd` and `cost_partial` for JSON, `cost_text` (engine/money.py) for tables."""
     if row is None:
-        return {"tokens": None, "cost_usd": None, "tokens_text": "—", "cost_text": "—"}
-    cost = row["cost"]
-    partial = row["priced"] < row["n"]
-    cost_text = "—" if cost is None else f"{'≥' if partial else ''}${cost:.4f}"
-    return {"tokens": row["tokens"], "cost_usd": cost, "tokens_text": _count(row["tokens"] or 0), "cost_text": cost_text}
+        return {"tokens": None, "cost_usd": None, "cost_partial": False, "tokens_text": "—", "cost_text": usd(None)}
+    cost, partial = spend(row["cost"], row["priced"], row["n"])
+    return {"tokens": row["tokens"], "cost_usd": cost, "cost_partial": partial, "tokens_text": _count(row["tokens"] or 0),
+            "cost_text": usd(cost, partial)}
+
+
+def error_counts(rows: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per agent, its jobs that ended in `error`, by category (engine/outcomes.py `errors_text`)."""
+    counts: dict[str, dict[str, int]] = {}
+    for row in rows:
+        if row["state"] == "error":
+            per = counts.setdefault(row["agent"], {})
+            category = row["category"] or "uncategorized"
+            per[category] = per.get(category, 0) + 1
+    return counts
 
 
 def _count(n: int) -> str:

@@ -67,12 +67,12 @@ FitTable { overflow-x: hidden; }
 #runs, #matrix { height: 1fr; border: round $primary 60%; }
 
 ConfirmScreen { align: center middle; background: $background 60%; }
-#confirm { width: 84; height: auto; border: thick $error; background: $surface; padding: 1 2; }
+#confirm { width: 84; max-width: 100%; height: auto; border: thick $error; background: $surface; padding: 1 2; }
 #confirm-detail { margin-top: 1; }
 #confirm-buttons { height: auto; align-horizontal: right; margin-top: 1; }
 #confirm-buttons Button { margin-left: 2; }
 HelpScreen { align: center middle; background: $background 60%; }
-#help { width: 116; height: 36; border: round $primary; background: $surface; padding: 0 1; }
+#help { width: 116; max-width: 100%; height: 36; max-height: 100%; border: round $primary; background: $surface; padding: 0 1; }
 """
 
 

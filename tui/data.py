@@ -27,7 +27,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engine.money import add as add_spend
+from ..engine.money import spend, usd
 from ..engine.omitted import omitted_text
+from ..engine.outcomes import errors_text, is_infra, state_text
 from ..engine.runref import find_run
 from ..engine.schema import SCHEMA_VERSION
 from ..engine.scorings import SCORINGS_SCHEMA, Scoring, list_scorings, resolve_scoring
@@ -73,10 +76,24 @@ GPU_HISTORY = 240
 STALE_SAMPLE_S = 15.0
 TRANSCRIPT_BACKFILL = 5000
 TRANSCRIPT_KINDS = ("transcript", "command", "exit", "phase", "timeout", "tier", "interrupted", "agent_finished",
-                    "error", "checkout", "leftover_killed", "tier_retry", "rescore", "slurm", "omitted")
+                    "error", "checkout", "leftover_killed", "tier_retry", "rescore", "slurm", "omitted",
+                    # the agent session's own events (engine/agents/session.py), in time order with its transcript
+                    "agent_version", "agent_prompt", "budget", "warning", "redacted", "agent_hung", "integrity")
 STATE_KINDS = ("job_state", "phase", "tier", "run_state", "control", "interrupted", "slurm")
+USAGE_KIND = "usage"  # a session flushed its usage rows (updated in place): the job's spend is read again
 FINISHED = {"done", "error", "cancelled"}
 JOB_COLUMNS = "id, key, repo_id, agent, gpus_needed, state, attempts, host, gpus, reason, started_at, finished_at"
+# why a job in `error` ended: the category of its latest full attempt (scope exists from schema 2 on)
+ENDED_BY = ("CASE WHEN state = 'error' THEN (SELECT a.category FROM attempts a WHERE a.job_id = jobs.id{scope}"
+            " ORDER BY a.number DESC LIMIT 1) END")
+USAGE_SUMS = ("SUM(u.input_tokens + u.cached_input_tokens + u.cache_write_tokens + u.output_tokens),"
+              " SUM(u.cost_usd), COUNT(u.cost_usd), COUNT(*)")
+
+
+def job_columns(version: int) -> str:
+    """JOB_COLUMNS and the error category, for a store of schema `version`."""
+    scope = " AND a.scope = 'job'" if version >= 2 else ""
+    return f"{JOB_COLUMNS}, {ENDED_BY.format(scope=scope)}"
 
 
 # -- views ------------------------------------------------------------------------------------
@@ -102,8 +119,24 @@ class JobView:
     phase: str | None = None  # the current attempt's phase while it runs
     attempt_id: int | None = None  # the current (or latest known) attempt
     tokens: int = 0
-    cost: float = 0.0
+    cost: float | None = None  # None: unknown (no usage, or none of it priced)
     queue: str | None = None  # issue 10: "slurm PD Resources" while a command waits in the cluster's queue
+
+    cost_partial: bool = False  # some tokens had no price: `cost` is a lower bound
+    category: str | None = None  # why a job in `error` ended (engine/outcomes.py)
+
+    @property
+    def cost_text(self) -> str:
+        return usd(self.cost, self.cost_partial)
+
+    @property
+    def state_text(self) -> str:
+        """`error/model_api` for a job that ended in error; the state otherwise."""
+        return state_text(self.state, self.category)
+
+    @property
+    def infra(self) -> bool:
+        return self.state == "error" and is_infra(self.category)
 
     @property
     def where(self) -> str:
@@ -151,7 +184,8 @@ class JobView:
 
     def search_text(self) -> str:
         statuses = " ".join(sorted(set(self.tiers.values())))
-        return f"#{self.id} {self.key} {self.state} {self.where} {statuses} {self.reason or ''} {self.queue or ''}".lower()
+        return (f"#{self.id} {self.key} {self.state_text} {self.where} {statuses} {self.reason or ''}"
+                f" {self.queue or ''}").lower()
 
 
 @dataclass
@@ -223,28 +257,176 @@ def _argv_text(argv: Any) -> str:
     return str(argv)
 
 
+def _num(value: Any, unit: str = "") -> str:
+    """A count as `1,234`, a float as `1.5`; anything else as it is."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}{unit}"
+    if isinstance(value, float):
+        return f"{value:,.1f}{unit}" if value >= 1 or value == 0 else f"{value:.3g}{unit}"
+    return f"{value}{unit}"
+
+
+NOISE_KEYS = frozenset({"type", "subtype", "log", "stream", "line_no", "replayed", "message_id", "model", "usage",
+                        "session_id", "tool_use_id", "id", "uuid", "parent_tool_use_id", "accounting_error"})
+
+
+def _fields(data: dict[str, Any], skip: frozenset[str] | set[str] = frozenset(), limit: int = 4) -> str:
+    """A few scalar fields of an event as `key value`: what a line shows of a shape it has no rule for."""
+    parts = []
+    for key, value in data.items():
+        if key in NOISE_KEYS or key in skip or value is None or value == "" or isinstance(value, (dict, list)):
+            continue
+        parts.append(f"{key} {_short(value, 120) if isinstance(value, str) else _num(value)}")
+        if len(parts) == limit:
+            break
+    return " · ".join(parts)
+
+
+def error_line(data: dict[str, Any], what: str = "") -> str:
+    """`! api_error 401: Failed to authenticate · fatal`: an error's category, HTTP status, message, and
+    whether it is retried (by the agent, or the attempt by the engine) or fatal."""
+    category = data.get("category") or "error"
+    status = data.get("status") if data.get("status") is not None else data.get("status_code")
+    head_text = f"! {what}{category}" + (f" {status}" if status is not None else "")
+    if data.get("phase"):
+        head_text += f" ({data['phase']})"
+    message = data.get("message") or data.get("text") or data.get("error") or ""
+    tags = []
+    if data.get("retry"):
+        attempt, most = data.get("attempt"), data.get("max_retries")
+        tags.append(f"will retry {attempt}/{most}" if attempt is not None and most is not None else "will retry")
+    if data.get("fatal"):
+        tags.append("fatal")
+    if data.get("infra") or is_infra(category):
+        tags.append("infrastructure: not the agent's failure")
+    return head_text + (f": {_short(message, 600)}" if message else "") + "".join(f" · {tag}" for tag in tags)
+
+
+def _usage_line(data: dict[str, Any]) -> str:
+    counts = []
+    for label, keys in (("in", ("input", "input_tokens")), ("cached", ("cached_input", "cached_input_tokens")),
+                        ("cache write", ("cache_write", "cache_write_tokens")), ("out", ("output", "output_tokens")),
+                        ("reasoning", ("reasoning", "reasoning_tokens"))):
+        value = next((data[key] for key in keys if isinstance(data.get(key), (int, float))), None)
+        if value or label in ("in", "out"):
+            counts.append(f"{label} {_num(value or 0)}")
+    scope = f" ({data['scope']})" if data.get("scope") else ""
+    text = f"∑ usage{scope} · " + " · ".join(counts)
+    if isinstance(data.get("tokens"), int):
+        text += f" · {data['tokens']:,} tokens"
+    if data.get("model"):
+        text += f" · {data['model']}"
+    cost = data.get("cost_usd")
+    return text + (f" · {usd(cost)}" if isinstance(cost, (int, float)) else "")
+
+
+def _session_line(data: dict[str, Any]) -> str:
+    parts = [f"model {data['model']}"] if data.get("model") else []
+    tools = data.get("tools")
+    if isinstance(tools, list):
+        parts.append(f"{len(tools)} tools")
+    if data.get("version"):
+        parts.append(f"v{data['version']}")
+    if data.get("permission_mode"):
+        parts.append(str(data["permission_mode"]))
+    if data.get("cwd"):
+        parts.append(f"cwd {data['cwd']}")
+    if not parts and data.get("session_id"):
+        parts.append(f"id {data['session_id']}")
+    return "● session" + (" · " + " · ".join(parts) if parts else "")
+
+
+def _completion_line(data: dict[str, Any]) -> str:
+    status = data.get("status") or "?"
+    failed = status != "success" or data.get("is_error")
+    why_ended = [str(data[key]) for key in (("subtype", "terminal_reason") if failed else ("subtype",)) if data.get(key)
+                 and data[key] != status and not (failed and data[key] == "success")][:1]
+    parts = [f"{status}" + (f" ({why_ended[0]})" if why_ended else "")]
+    if data.get("num_turns") is not None:
+        parts.append(f"{_num(data['num_turns'])} turn{'' if data['num_turns'] == 1 else 's'}")
+    if isinstance(data.get("duration_s"), (int, float)):
+        parts.append(f"{data['duration_s']:.1f}s")
+    if isinstance(data.get("cost_usd"), (int, float)):
+        parts.append(usd(data["cost_usd"]))
+    if data.get("api_error_status") is not None:
+        parts.append(f"API status {data['api_error_status']}")
+    if data.get("permission_denials"):
+        parts.append(f"{_num(data['permission_denials'])} permission denials")
+    why = data.get("errors") if isinstance(data.get("errors"), list) and data.get("errors") else None
+    if failed and (why or data.get("result")):
+        parts.append(_short("; ".join(map(str, why)) if why else data["result"], 300))
+    return ("! agent ended: " if failed else "■ agent done: ") + " · ".join(parts)
+
+
+def _status_line(data: dict[str, Any]) -> str:
+    subtype = str(data.get("subtype") or "status")
+    if subtype == "task_started":
+        detail = f": {_short(data['description'], 200)}" if data.get("description") else ""
+        return f"  · task started{detail}" + (f" ({data['task_type']})" if data.get("task_type") else "")
+    if subtype == "task_notification":
+        return f"  · task {data.get('status') or 'update'}: {_short(data.get('summary') or '', 200)}"
+    if subtype == "thinking_tokens":
+        return f"  · thinking ~{_num(data.get('estimated_tokens'))} tokens"
+    if subtype == "todo_list":
+        return f"  · todo list: {_num(data.get('completed'))}/{_num(data.get('items'))} done"
+    if subtype == "user_text" or ("text" in data and isinstance(data["text"], str)):
+        return f"  · {subtype.replace('_', ' ')}: {_short(data.get('text', ''), 400)}"
+    fields = _fields(data)
+    return f"  · {subtype.replace('_', ' ')}" + (f" · {fields}" if fields else "")
+
+
+def _budget_line(data: dict[str, Any]) -> str:
+    name = str(data.get("name") or "budget")
+    what = name.removeprefix("budget:")
+
+    def amount(value: Any) -> str:
+        if value is None:
+            return "—"
+        if "dollars" in what:
+            return usd(value)
+        if "clock" in what or what.endswith("_s"):
+            return f"{_num(value)} s"
+        return _num(value)
+
+    text = f"! budget {what}: used {amount(data.get('used'))} of {amount(data.get('limit'))}"
+    return text + (" before the agent started: it did not start" if data.get("when") == "before start"
+                   else " · the agent was stopped")
+
+
 def format_event(kind: str, data: dict[str, Any]) -> list[str]:
-    """Transcript lines for one event. Markers at the start of a line drive the highlighter:
-    `›` agent message, `$` tool call, `│` output, `↳` tool result, `▶` harness command, `■` exit,
-    `──` phase, `◆` tier, `!` timeout or error, `∑` usage."""
+    """Transcript lines for one event, one readable line per event of every known type (never the
+    event's JSON; only a type nothing knows shows as compact `type: key value` fields, or `? raw`).
+    Markers at the start of a line drive the highlighter: `›` agent message, `$` tool call, `│`
+    output, `↳` tool result, `▶` harness command, `■` exit or the agent done, `──` phase, `◆` tier,
+    `!` timeout, error, budget or an agent that ended badly, `⚠` warning, `∑` usage, `●` session,
+    `·` progress."""
     if kind == "transcript":
         kind_of = data.get("type")
         if kind_of == "message":
             step = f"[{data['step']}] " if data.get("step") else ""
             return [f"› {step}{_short(data.get('text', ''), 2000)}"]
         if kind_of == "thinking":
-            return [f"  … {_short(data.get('text', ''), 600)}"]
+            return [f"  … {_short(data.get('text', ''), 600)}" if data.get("text") or not data.get("redacted")
+                    else "  … (redacted thinking)"]
         if kind_of == "tool_call":
-            command = data.get("command") or data.get("input") or data.get("arguments") or ""
+            command = data.get("command") or data.get("input") or data.get("arguments") or data.get("query") or ""
             name = data.get("name") or "tool"
+            if not command and isinstance(data.get("changes"), list):
+                command = ", ".join(str(change) for change in data["changes"][:5])
             text = _argv_text(command) if isinstance(command, list) else _short(command, 1000)
             return [f"$ {text}" if name in ("shell", "bash", "Bash", "exec") else f"$ {name}: {text}"]
         if kind_of == "tool_result":
             code = data.get("exit_code")
             seconds = data.get("seconds")
             parts = [f"exit {code}" if code is not None else "done"]
+            if data.get("name") and data.get("name") not in ("shell", "Bash"):
+                parts.append(str(data["name"]))
             if seconds is not None:
                 parts.append(f"{seconds:.1f}s" if isinstance(seconds, (int, float)) else str(seconds))
+            if data.get("denied"):
+                parts.append("DENIED")
             if data.get("timed_out"):
                 parts.append("TIMED OUT")
             lines = [f"↳ {' · '.join(parts)}"]
@@ -253,18 +435,26 @@ def format_event(kind: str, data: dict[str, Any]) -> list[str]:
                 lines += [f"  │ {line}" for line in tail.rstrip().splitlines()[-8:]]
             return lines
         if kind_of == "usage":
-            ins = data.get("input_tokens", 0) or 0
-            outs = data.get("output_tokens", 0) or 0
-            cost = data.get("cost_usd")
-            text = f"∑ usage · in {ins:,} · out {outs:,}"
-            return [text + (f" · ${cost:.4f}" if isinstance(cost, (int, float)) else "")]
+            return [_usage_line(data)]
+        if kind_of == "session":
+            return [_session_line(data)]
+        if kind_of == "completion":
+            return [_completion_line(data)]
+        if kind_of == "status":
+            return [_status_line(data)]
         if kind_of == "error":
-            return [f"! error {data.get('category') or ''}: {_short(data.get('message') or data.get('text') or '')}"]
+            if data.get("category") == "warning":
+                return [f"⚠ {_short(data.get('message') or '', 600)}"]
+            return [error_line(data)]
         if kind_of == "output":
             return [f"  │ {_short(data.get('text', ''), 2000)}"]
+        if kind_of == "unknown" or "raw" in data:
+            reason = f"({data['reason']}) " if data.get("reason") else ""
+            return [f"  ? {reason}{_short(data.get('raw', ''), 600)}"]
         if "text" in data:
             return [f"  │ {_short(data['text'], 2000)}"]
-        return [f"  ? {_short(data.get('raw', data), 600)}"]
+        fields = _fields(data, limit=6)
+        return [f"  {kind_of or '?'}: {fields}" if fields else f"  ? {_short(data.get('raw', data), 600)}"]
     if kind == "command":
         return [f"▶ [{data.get('phase', '')}] {_short(_argv_text(data.get('argv')), 1000)}"]
     if kind == "exit":
@@ -287,7 +477,36 @@ def format_event(kind: str, data: dict[str, Any]) -> list[str]:
     if kind == "interrupted":
         return [f"! interrupted: {data.get('reason')} ({data.get('replayed_lines', 0)} lines replayed)"]
     if kind == "error":
-        return [f"! {data.get('phase', '')} error: {_short(data.get('message', ''))}"]
+        return [error_line(data, "error ")]
+    if kind == "budget":
+        return [_budget_line(data)]
+    if kind == "warning":
+        return [f"⚠ {_short(data.get('message') or _fields(data), 600)}"]
+    if kind == "redacted":
+        files = data.get("files") or 0
+        when = " (on resume)" if data.get("when") == "resume" else ""
+        return [f"  redacted secrets from {_num(files)} file{'s' if files != 1 else ''}{when}"]
+    if kind == "agent_hung":
+        return [f"! agent hung: {_short(data.get('message') or '', 400)}"]
+    if kind == "agent_version":
+        if data.get("version"):
+            return [f"  agent {data.get('agent') or ''} version {_short(data['version'], 200)}"]
+        why = data.get("error") or (f"exit {data['returncode']}" if data.get("returncode") is not None else "")
+        return [f"⚠ agent {data.get('agent') or ''} version unknown" + (f": {_short(why, 300)}" if why else "")]
+    if kind == "agent_prompt":
+        where = f", from {data['from']}" if data.get("from") else ""
+        text = data.get("text") if isinstance(data.get("text"), str) else ""
+        return [f"  prompt ({data.get('source') or 'default'}{where}, {len(text):,} chars): {_short(text, 160)}"]
+    if kind == "integrity":
+        summary = data.get("summary") or "clean"
+        moved = data.get("bytecode_caches_moved")
+        extra = f" · {_num(len(moved) if isinstance(moved, list) else moved)} bytecode caches moved" if moved else ""
+        return [("  integrity: clean" if summary == "clean" else f"! integrity: {summary}") + extra]
+    if kind == "usage":
+        return [_usage_line(data)]
+    if kind == "job_state":
+        state = state_text(str(data.get("state")), data.get("category"))
+        return [f"■ job {state}" + (f": {_short(data['reason'], 400)}" if data.get("reason") else "")]
     if kind == "checkout":
         return [f"  checkout {str(data.get('commit', ''))[:12]}"]
     if kind == "tier_retry":
@@ -303,7 +522,8 @@ def format_event(kind: str, data: dict[str, Any]) -> list[str]:
         where = f"{data.get('log', '')}.{data.get('stream', '')}"
         text = omitted_text(int(data.get("lines") or 0), int(data.get("bytes") or 0), f"the raw log {where}")
         return [f"  │ {text}" + ("" if data.get("final") else " (so far)")]
-    return [f"  {kind}: {_short(data)}"]
+    fields = _fields(data, limit=6)
+    return [f"  {kind}: {fields}" if fields else f"  {kind}: {_short(data, 400)}"]
 
 
 def gpu_use_text(evidence: dict[str, Any]) -> str | None:
@@ -439,7 +659,8 @@ class RunFeed:
         self.hosts: dict[str, HostView] = {}
         self.gpu: dict[tuple[str, int], deque[Sample]] = {}
         self.tokens = 0
-        self.cost = 0.0
+        self.cost: float | None = None  # the run's dollars; None: unknown
+        self.cost_partial = False
         self.status_counts: dict[str, int] = {}
         self.polls = 0
         self.poll_seconds: deque[float] = deque(maxlen=50)
@@ -518,14 +739,13 @@ class RunFeed:
             if _scope(row) == "job"}  # a tier re-run (scope = its tier) keeps the job's other results
         self._choose_scoring(db)
         tiers = self._scoring_tiers(db, running)
-        usage: dict[int, tuple[int, float]] = {}
+        usage: dict[int, tuple[int, float | None, bool]] = {}
         self._last_usage = db.conn.execute("SELECT COALESCE(MAX(id), 0) FROM usage").fetchone()[0]
-        for job_id, tokens, cost in db.conn.execute(
-            "SELECT u.job_id, SUM(u.input_tokens + u.cached_input_tokens + u.cache_write_tokens + u.output_tokens),"
-            " SUM(COALESCE(u.cost_usd, 0)) FROM jobs j JOIN usage u ON u.job_id = j.id WHERE j.run_id = ?"
-            " AND u.id <= ? GROUP BY u.job_id", (self.run_id, self._last_usage)
+        for job_id, tokens, cost, priced, n in db.conn.execute(
+            f"SELECT u.job_id, {USAGE_SUMS} FROM jobs j JOIN usage u ON u.job_id = j.id WHERE j.run_id = ?"
+            " GROUP BY u.job_id", (self.run_id,)
         ):
-            usage[job_id] = (tokens or 0, cost or 0.0)
+            usage[job_id] = (tokens or 0, *spend(cost, priced, n))
         queues: dict[int, str | None] = {}  # issue 10: the latest Slurm state of each running attempt's command
         for job_id, (attempt_id, _) in running.items():
             latest = db.conn.execute("SELECT data FROM events WHERE attempt_id = ? AND kind = 'slurm'"
@@ -533,19 +753,20 @@ class RunFeed:
             if latest is not None:
                 queues[job_id] = queue_text(_loads(latest[0]))
         jobs: dict[int, JobView] = {}
-        for row in db.conn.execute(f"SELECT {JOB_COLUMNS} FROM jobs WHERE run_id = ? ORDER BY id", (self.run_id,)):
+        for row in db.conn.execute(f"SELECT {job_columns(db.version)} FROM jobs WHERE run_id = ? ORDER BY id",
+                                   (self.run_id,)):
             job_id = row[0]
             current = running.get(job_id)
-            tokens, cost = usage.get(job_id, (0, 0.0))
+            tokens, cost, partial = usage.get(job_id, (0, None, False))
             jobs[job_id] = JobView(
                 id=job_id, key=row[1], repo=row[2], agent=row[3], gpus_needed=row[4], state=row[5], attempts=row[6],
                 host=row[7], gpus=row[8], reason=row[9], started_at=row[10], finished_at=row[11],
                 tiers=tiers.get(job_id, {}), phase=current[1] if current else None,
-                attempt_id=current[0] if current else None, tokens=tokens, cost=cost, queue=queues.get(job_id),
+                attempt_id=current[0] if current else None, tokens=tokens, cost=cost, cost_partial=partial,
+                queue=queues.get(job_id), category=row[12],
             )
         self.jobs = jobs
-        self.tokens = sum(tokens for tokens, _ in usage.values())
-        self.cost = sum(cost for _, cost in usage.values())
+        self._sum_spend()
         self._load_hosts(db)
         self._load_gpu_history(db)
         self._last_reconcile = time.monotonic()
@@ -606,6 +827,35 @@ class RunFeed:
             self._pending.job_set = True
             self._pending.run = True
 
+    def _sum_spend(self) -> None:
+        """The run's tokens and dollars: the sum over its jobs, as `resenv report` sums them."""
+        tokens, total = 0, (None, False)
+        for job in self.jobs.values():
+            tokens += job.tokens
+            total = add_spend(total, (job.cost, job.cost_partial))
+        self.tokens, (self.cost, self.cost_partial) = tokens, total
+
+    @property
+    def cost_text(self) -> str:
+        return usd(self.cost, self.cost_partial)
+
+    def error_counts(self) -> dict[str, dict[str, int]]:
+        """Per agent, its jobs that ended in `error`, by category (outside every denominator)."""
+        counts: dict[str, dict[str, int]] = {}
+        for job in self.jobs.values():
+            if job.state == "error":
+                per = counts.setdefault(job.agent, {})
+                per[job.category or "uncategorized"] = per.get(job.category or "uncategorized", 0) + 1
+        return counts
+
+    def errors_text(self) -> str:
+        """`2 infra errors (1 model_api)` over the whole run; "" when no job ended in error."""
+        total: dict[str, int] = {}
+        for per in self.error_counts().values():
+            for category, n in per.items():
+                total[category] = total.get(category, 0) + n
+        return errors_text(total)
+
     def _count_states(self) -> None:
         counts: dict[str, int] = {}
         failing = 0
@@ -657,13 +907,15 @@ class RunFeed:
         phases: dict[int, tuple[int | None, str | None]] = {}
         new_attempts: dict[int, int | None] = {}
         queues: dict[int, str | None] = {}  # issue 10
+        spent: set[int] = set()  # jobs whose usage rows a session rewrote
         watch_lines: list[str] = []
         watch = self._watch_job
+        kinds = (*STATE_KINDS, USAGE_KIND)
         for _ in range(MAX_POLL_ROUNDS):
             rows = db.conn.execute(
                 "SELECT id, job_id, attempt_id, kind, data FROM events WHERE run_id = ? AND id > ?"
-                f" AND (kind IN ({','.join('?' * len(STATE_KINDS))}) OR job_id = ?) ORDER BY id LIMIT ?",
-                (self.run_id, self._last_event, *STATE_KINDS, -1 if watch is None else watch, EVENTS_PER_POLL),
+                f" AND (kind IN ({','.join('?' * len(kinds))}) OR job_id = ?) ORDER BY id LIMIT ?",
+                (self.run_id, self._last_event, *kinds, -1 if watch is None else watch, EVENTS_PER_POLL),
             ).fetchall()
             for event_id, job_id, attempt_id, kind, text in rows:
                 self._last_event = event_id
@@ -673,6 +925,8 @@ class RunFeed:
                             watch_lines.append("══ a new attempt ══")
                         self._watch_attempt = attempt_id
                     watch_lines.extend(format_event(kind, _loads(text)))
+                if kind == USAGE_KIND and job_id is not None:
+                    spent.add(job_id)
                 if kind not in STATE_KINDS:
                     continue
                 if kind == "run_state":
@@ -701,7 +955,7 @@ class RunFeed:
         if touched:
             tier_updates = self._shown_tier_updates(db, tier_updates) if tier_updates else tier_updates
             self._refresh_jobs(db, touched, tier_updates, phases, new_attempts, queues)
-        self._poll_usage(db)
+        self._poll_usage(db, spent)
         self._poll_gpu(db)
         now = time.monotonic()
         if now - self._last_reconcile >= RECONCILE_S:
@@ -745,7 +999,7 @@ class RunFeed:
         for start in range(0, len(ordered), 500):
             chunk = ordered[start:start + 500]
             rows += db.conn.execute(
-                f"SELECT {JOB_COLUMNS} FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
+                f"SELECT {job_columns(db.version)} FROM jobs WHERE id IN ({','.join('?' * len(chunk))})", chunk).fetchall()
         added = False
         jobs = self.jobs
         for row in rows:
@@ -758,7 +1012,7 @@ class RunFeed:
                 old = JobView(id=job_id, key=row[1], repo=row[2], agent=row[3], state=row[5])
             values: dict[str, Any] = dict(
                 key=row[1], repo=row[2], agent=row[3], gpus_needed=row[4], state=row[5], attempts=row[6], host=row[7],
-                gpus=row[8], reason=row[9], started_at=row[10], finished_at=row[11],
+                gpus=row[8], reason=row[9], started_at=row[10], finished_at=row[11], category=row[12],
             )
             tiers = dict(old.tiers)
             if job_id in new_attempts:
@@ -813,28 +1067,38 @@ class RunFeed:
         if changed:
             self._refresh_jobs(db, changed, {}, {}, {})
 
-    def _poll_usage(self, db: Reader) -> None:
+    def _poll_usage(self, db: Reader, spent: set[int] | None = None) -> None:
+        """Read again the spend of the jobs with new usage rows or a `usage` event (a session updates
+        its rows in place, so new ids alone would miss what an agent spent since its first flush)."""
         rows = db.conn.execute(
-            "SELECT id, run_id, job_id, input_tokens + cached_input_tokens + cache_write_tokens + output_tokens,"
-            " COALESCE(cost_usd, 0) FROM usage WHERE id > ? ORDER BY id LIMIT 20000", (self._last_usage,)).fetchall()
-        if not rows:
-            return
-        per_job: dict[int, tuple[int, float]] = {}
-        for usage_id, run_id, job_id, tokens, cost in rows:
+            "SELECT id, run_id, job_id FROM usage WHERE id > ? ORDER BY id LIMIT 20000", (self._last_usage,)).fetchall()
+        jobs = set(spent or ())
+        for usage_id, run_id, job_id in rows:
             self._last_usage = usage_id
-            if run_id != self.run_id:
-                continue
-            total = per_job.get(job_id, (0, 0.0))
-            per_job[job_id] = (total[0] + (tokens or 0), total[1] + (cost or 0.0))
-        for job_id, (tokens, cost) in per_job.items():
-            self.tokens += tokens
-            self.cost += cost
-            old = self.jobs.get(job_id)
-            if old is not None:
-                self.jobs[job_id] = replace(old, tokens=old.tokens + tokens, cost=old.cost + cost)
+            if run_id == self.run_id:
+                jobs.add(job_id)
+        jobs &= set(self.jobs)
+        if not jobs:
+            return
+        ordered = sorted(jobs)
+        found: dict[int, tuple[int, float | None, bool]] = {}
+        for start in range(0, len(ordered), 500):
+            chunk = ordered[start:start + 500]
+            for job_id, tokens, cost, priced, n in db.conn.execute(
+                f"SELECT u.job_id, {USAGE_SUMS} FROM usage u WHERE u.job_id IN ({','.join('?' * len(chunk))})"
+                " GROUP BY u.job_id", chunk):
+                found[job_id] = (tokens or 0, *spend(cost, priced, n))
+        changed = False
+        for job_id in ordered:
+            tokens, cost, partial = found.get(job_id, (0, None, False))
+            old = self.jobs[job_id]
+            if (old.tokens, old.cost, old.cost_partial) != (tokens, cost, partial):
+                self.jobs[job_id] = replace(old, tokens=tokens, cost=cost, cost_partial=partial)
+                changed = True
                 with self.lock:
                     self._pending.jobs.add(job_id)
-        if per_job:
+        if changed:
+            self._sum_spend()
             with self.lock:
                 self._pending.usage = True
 
@@ -1095,15 +1359,16 @@ def history(db_path: Path) -> list[dict[str, Any]]:
             tiers.setdefault(row["run_id"], {}).setdefault(row["tier"], {})[row["status"]] = row["n"]
         usage = {row["run_id"]: row for row in reader.rows(
             "SELECT run_id, SUM(input_tokens + cached_input_tokens + cache_write_tokens + output_tokens) AS tokens,"
-            " SUM(COALESCE(cost_usd, 0)) AS cost FROM usage GROUP BY run_id")}
+            " SUM(cost_usd) AS cost, COUNT(cost_usd) AS priced, COUNT(*) AS n FROM usage GROUP BY run_id")}
     finally:
         reader.close()
     for run in runs:
         run["counts"] = counts.get(run["id"], {})
         run["jobs"] = sum(run["counts"].values())
         run["tiers"] = tiers.get(run["id"], {})
-        run["tokens"] = (usage.get(run["id"]) or {}).get("tokens") or 0
-        run["cost"] = (usage.get(run["id"]) or {}).get("cost") or 0.0
+        spent = usage.get(run["id"]) or {}
+        run["tokens"] = spent.get("tokens") or 0
+        run["cost"], run["cost_partial"] = spend(spent.get("cost"), spent.get("priced") or 0, spent.get("n") or 0)
         run["live"] = engine_alive(run)
     return runs
 

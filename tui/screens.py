@@ -207,7 +207,7 @@ class OverviewScreen(DashScreen):
 
     def compose(self) -> ComposeResult:
         yield Static(id="run-header")
-        yield FitTable(id="jobs", cursor_type="row", zebra_stripes=True, fill="repo", fill_min=18)
+        yield FitTable(id="jobs", cursor_type="row", zebra_stripes=True, fill="repo", fill_min=16)
         with Horizontal(id="bottom"):
             yield Static(id="pyramid")
             yield Static(id="hoststrip")
@@ -291,7 +291,7 @@ class OverviewScreen(DashScreen):
         if mode == "elapsed":
             return (-(job.elapsed(now) or 0.0), job.id)
         if mode == "cost":
-            return (-job.cost, -job.tokens, job.id)
+            return (-(job.cost or 0.0), -job.tokens, job.id)
         return (job.id,)
 
     def _rebuild(self, now: float) -> None:
@@ -421,7 +421,7 @@ class OverviewScreen(DashScreen):
         if counts.get("cancelled"):
             line2.append(f"  ⊘ {counts['cancelled']} cancelled", "grey62")
         right2 = Text.assemble(("tokens ", "grey62"), (tokens_text(feed.tokens), "bold"), ("  cost ", "grey62"),
-                               (cost_text(feed.cost) if feed.cost else "$0.00", "bold"))
+                               (feed.cost_text, "bold"))
         grid = Table.grid(expand=True)
         grid.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
         grid.add_column(justify="right", no_wrap=True)
@@ -435,9 +435,15 @@ class OverviewScreen(DashScreen):
 
     def _pyramid(self) -> None:
         panel = self.query_one("#pyramid", Static)
-        panel.update(pyramid_panel(self.feed.scores, max(20, panel.content_region.width or 60)))
-        if self.feed.scores is not None:  # which scoring, by which rules: a rescored run says so
-            panel.border_subtitle = self.feed.scores.header()
+        scores = self.feed.scores
+        panel.update(pyramid_panel(scores, max(20, panel.content_region.width or 60)))
+        if scores is not None:  # which scoring, by which rules: a rescored run says so
+            panel.border_subtitle = scores.header()
+            # jobs that ended in error are outside every denominator: one more line says how many, by category
+            errors = any(score.errors for score in scores.agents.values())
+            self.query_one("#bottom").styles.height = 10 if errors else 9
+            panel.border_title = ("Pyramid · C0–C4 passed/judged · ! errors outside rates" if errors
+                                  else "Pyramid · C0–C4 passed/judged per agent")
 
     def on_resize(self, event: Any) -> None:
         if self._ready:
@@ -785,9 +791,19 @@ class JobScreen(DashScreen):
         self.query_one("#tiers", DataTable).border_title = "Tiers · r retries the selected one"
         self.query_one("#transcript", Log).border_title = "following ▼"
         self.query_one("#raw-files", OptionList).border_title = "raw files"
+        self._fit_top(self.app.size.width, self.app.size.height)
         self._header()
         self._load_detail()
         table.focus()
+
+    def on_resize(self, event: Any) -> None:
+        self._fit_top(event.size.width, event.size.height)
+
+    def _fit_top(self, width: int, height: int) -> None:
+        """A small terminal (80×24) keeps rows for the transcript and columns for the tiers: the
+        pyramid and the tiers table shrink first."""
+        self.query_one("#job-top").styles.height = 17 if height >= 36 else max(8, height - 16)
+        self.query_one("#job-pyramid").styles.width = 44 if width >= 110 else 28
 
     def when_mounted(self) -> None:
         self.feed.watch(self.job_id)  # backfill, then every new line, through apply_changes
@@ -845,7 +861,7 @@ class JobScreen(DashScreen):
             return
         line = Text.assemble(
             (f"#{job.id} ", "grey62"), (job.repo, "bold"), (" / ", "grey62"), (job.agent, "bold magenta"), "  ",
-            state_text(job.state), ("  attempt ", "grey62"), (str(job.attempts or "—"), "bold"),
+            state_text(job.state, job.category), ("  attempt ", "grey62"), (str(job.attempts or "—"), "bold"),
             ("  on ", "grey62"), (job.where, "bold"),
         )
         if job.phase and job.state in ("running", "paused"):
@@ -855,7 +871,7 @@ class JobScreen(DashScreen):
             line.append(f"  {job.queue}", "bold yellow")
         line.append("  elapsed ", "grey62")
         line.append(duration(job.elapsed()), "bold")
-        line.append(f"  tokens {tokens_text(job.tokens)}  cost {cost_text(job.cost) if job.cost else '$0.00'}", "grey62")
+        line.append(f"  tokens {tokens_text(job.tokens)}  cost {job.cost_text}", "grey62")
         if self.is_readonly():
             line.append("  READ-ONLY", "bold black on yellow")
         parts = [line]
@@ -1264,7 +1280,7 @@ class HistoryScreen(DashScreen):
     SCREEN_ID = "history"
     BINDINGS = bindings_for("history")
     COLUMNS = (("run", "run", 22), ("name", "name", 16), ("state", "state", 11), ("jobs", "jobs", 5),
-               ("rates", RATES_HEADER, 24), ("tokens", "tokens", 6), ("cost", "cost", 7), ("duration", "time", 7))
+               ("rates", RATES_HEADER, 24), ("tokens", "tokens", 6), ("cost", "cost", 8), ("duration", "time", 7))
 
     def __init__(self) -> None:
         super().__init__()
@@ -1307,7 +1323,7 @@ class HistoryScreen(DashScreen):
         if mode == "name":
             return (run["name"], run["id"])
         if mode == "cost":
-            return (-run["cost"], run["id"])
+            return (-(run["cost"] or 0.0), run["id"])
         if mode == "duration":
             return (-self._duration(run), run["id"])
         if mode == "C1":
@@ -1334,7 +1350,8 @@ class HistoryScreen(DashScreen):
             state_text(state) if state in ("running", "paused")
             else Text(state, {"finished": "green", "interrupted": "yellow", "cancelled": "grey50"}.get(state, "")),
             Text(str(run["jobs"]), justify="right"), rates_text(run["tiers"]),
-            Text(tokens_text(run["tokens"]), justify="right"), Text(cost_text(run["cost"]), justify="right"),
+            Text(tokens_text(run["tokens"]), justify="right"),
+            Text(cost_text(run["cost"], run.get("cost_partial", False)), justify="right"),
             Text(duration(self._duration(run) or None), justify="right"),
         )
 

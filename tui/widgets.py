@@ -22,6 +22,7 @@ from textual.geometry import Size
 from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, DuplicateKey, Row, RowKey
 
+from ..engine.money import usd
 from .data import ALL_TIERS, PYRAMID, STALE_SAMPLE_S, HostView, JobView, Sample
 
 if TYPE_CHECKING:
@@ -65,8 +66,11 @@ def _tier_text(statuses: tuple[str | None, ...]) -> Text:
 
 
 @lru_cache(maxsize=64)
-def state_text(state: str) -> Text:
-    return Text(f"{STATE_MARK.get(state, ' ')} {state}", STATE_STYLE.get(state, ""), no_wrap=True)
+def state_text(state: str, category: str | None = None, short: bool = False) -> Text:
+    """A job's state with its mark; a job that ended in error with its category (`! error/model_api`;
+    `short`, for the jobs table's narrow column: `! model_api`, the mark and colour saying error)."""
+    shown = (category if short else f"{state}/{category}") if state == "error" and category else state
+    return Text(f"{STATE_MARK.get(state, ' ')} {shown}", STATE_STYLE.get(state, ""), no_wrap=True)
 
 
 @lru_cache(maxsize=256)
@@ -99,8 +103,9 @@ def tokens_text(tokens: int) -> str:
     return f"{tokens / 1e6:.1f}M"
 
 
-def cost_text(cost: float) -> str:
-    return "—" if not cost else f"${cost:.2f}"
+def cost_text(cost: float | None, partial: bool = False) -> str:
+    """Dollars as every view shows them (engine/money.py): None is `—`, a known zero `$0.00`."""
+    return usd(cost, partial)
 
 
 def job_cells(job: JobView, selected: Sequence[str], now: float) -> tuple[Any, ...]:
@@ -109,16 +114,16 @@ def job_cells(job: JobView, selected: Sequence[str], now: float) -> tuple[Any, .
     escaped because DataTable reads strings as markup; numbers padded to their column's width."""
     return (
         job.id, escape(job.repo), escape(job.agent), escape(job.where),
-        state_text(job.state) if not job.queue else queue_state_text(job.queue),
+        state_text(job.state, job.category, short=True) if not job.queue else queue_state_text(job.queue),
         tier_text(job.tier_display(selected)), str(job.attempts) if job.attempts else "—",
-        f"{tokens_text(job.tokens):>6}", f"{cost_text(job.cost):>6}", f"{duration(job.elapsed(now)):>7}",
+        f"{tokens_text(job.tokens):>6}", f"{job.cost_text:>8}", f"{duration(job.elapsed(now)):>7}",
     )
 
 
 OVERVIEW_COLUMNS: tuple[tuple[str, str, int], ...] = (
     ("id", "#", 4), ("repo", "repo", 18), ("agent", "agent", 12), ("where", "host:GPU", 12),
     ("state", "state", 11), ("tiers", TIER_HEADER, 17), ("attempt", "try", 3), ("tokens", "tokens", 6),
-    ("cost", "cost", 6), ("elapsed", "elapsed", 7),
+    ("cost", "cost", 8), ("elapsed", "elapsed", 7),
 )
 
 
@@ -184,6 +189,14 @@ class FitTable(DataTable):
 
 
 # -- pyramids ---------------------------------------------------------------------------------
+def errors_line(score: AgentScore, width: int) -> Text:
+    """The agent's jobs that ended in error, by category (blank if none): outside every denominator,
+    as the panel's title says."""
+    if not score.errors:
+        return Text(" " * width)
+    return _fit(Text(f"! {score.errors_text}", "bold red", no_wrap=True), width)
+
+
 def agent_pyramid(score: AgentScore, width: int) -> list[Text]:
     """An agent's C0–C4 pass counts as stacked bars over their denominators, C4 on top, as lines
     exactly `width` cells wide.
@@ -230,6 +243,38 @@ def agent_pyramid(score: AgentScore, width: int) -> list[Text]:
     return lines
 
 
+def count_panel(agents: Sequence[AgentScore], width: int) -> Text:
+    """The pyramid panel where the pyramids do not fit side by side: per tier, each agent's
+    passed/judged in a column; errors (outside every denominator) last."""
+    column = max(6, (width - 3) // len(agents) - 1)
+    lines = [Text("   ", no_wrap=True)]
+    for score in agents:
+        lines[0].append(_fit(Text(score.agent, "bold"), column))
+        lines[0].append(" ")
+    for tier in reversed(PYRAMID):
+        line = Text(f"{tier} ", "bold", no_wrap=True)
+        for score in agents:
+            tally = score.tiers[tier]
+            line.append(_fit(Text(f"{tally.passed}/{tally.denominator}" if tally.denominator else "–",
+                                  "" if tally.denominator else "grey50"), column))
+            line.append(" ")
+        lines.append(line)
+    c5 = Text("C5 ", "bold", no_wrap=True)
+    for score in agents:
+        halluc = sum(score.hallucinations.values())
+        c5.append(_fit(Text(f"{halluc} hal.", "bold red" if halluc else "green"), column))
+        c5.append(" ")
+    lines.append(c5)
+    if any(score.errors for score in agents):
+        errors = Text("!  ", "bold red", no_wrap=True)
+        for score in agents:
+            count = sum(score.errors.values())
+            errors.append(_fit(Text(f"{count} err" if count else "", "bold red"), column))
+            errors.append(" ")
+        lines.append(errors)
+    return Text("\n").join(_fit(line, width) for line in lines)
+
+
 def _fit(text: Text, width: int) -> Text:
     text = text.copy()
     text.truncate(width, overflow="ellipsis", pad=True)
@@ -237,7 +282,8 @@ def _fit(text: Text, width: int) -> Text:
 
 
 def pyramid_panel(scores: RunScores | None, width: int = 60) -> Any:
-    """Every agent's pyramid side by side within `width` cells."""
+    """Every agent's pyramid side by side within `width` cells (a table of counts where they do not
+    fit side by side); under them, when any job ended in error, each agent's errors by category."""
     if scores is None:
         return Text("scoring…", "grey50")
     if not scores.agents:
@@ -245,7 +291,10 @@ def pyramid_panel(scores: RunScores | None, width: int = 60) -> Any:
     agents = list(scores.agents.values())
     gap = 3
     per = max(20, (width - gap * (len(agents) - 1)) // len(agents))
-    blocks = [agent_pyramid(score, per) for score in agents]
+    if per * len(agents) + gap * (len(agents) - 1) > width:
+        return count_panel(agents, width)
+    errors = any(score.errors for score in agents)
+    blocks = [agent_pyramid(score, per) + ([errors_line(score, per)] if errors else []) for score in agents]
     lines = []
     for row in range(max(len(block) for block in blocks)):
         line = Text(no_wrap=True)
@@ -386,6 +435,9 @@ class TranscriptHighlighter(Highlighter):
         (re.compile(r"^◆ .*"), Style(color="red", bold=True)),
         (re.compile(r"^! .*"), Style(color="bright_red", bold=True)),
         (re.compile(r"^∑ .*"), Style(color="magenta")),
+        (re.compile(r"^● .*"), Style(color="cyan")),
+        (re.compile(r"^⚠ .*"), Style(color="yellow", bold=True)),
+        (re.compile(r"^  · .*"), Style(color="grey58")),
         (re.compile(r"TIMED OUT|Traceback \(most recent call last\)|\bError\b[:\w]*"), Style(color="red", bold=True)),
     )
 

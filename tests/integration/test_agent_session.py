@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from resenv.engine.money import usd
+
 from ..conftest import resenv, write_benchmark
 from ..unit.test_agent_streams import served_after
 from .test_engine_run import assert_events_complete, db_rows
@@ -106,7 +108,7 @@ def test_replayed_claude_stream_gives_usage_cost_and_show_columns(tmp_path, cli_
     assert_events_complete(db, run_id)
     shown = resenv("show", run_id, env=cli_env, cwd=tmp_path)
     assert "tokens" in shown.stdout and "cost" in shown.stdout and "20.4k" in shown.stdout
-    assert f"${SETUP_COST:.4f}" in shown.stdout
+    assert usd(SETUP_COST) in shown.stdout  # the one dollar formatter (engine/money.py)
     as_json = json.loads(resenv("show", run_id, "--json", env=cli_env, cwd=tmp_path).stdout)
     assert as_json["jobs"][0]["tokens"] == finished["tokens"]
     report = resenv("report", run_id, "--format", "json", env=cli_env, cwd=tmp_path)
