@@ -8,7 +8,8 @@ from .scoring import PYRAMID, RunScores
 
 
 def write_pyramid_figure(scores: RunScores, path: Path) -> Path:
-    """Grouped bars per tier (one colour per agent), each labelled with passed/judged."""
+    """Grouped bars per tier (one colour per agent), each labelled with passed/judged; an agent's jobs
+    that ended in error (a model-API outage, say) are named in its legend entry, never in a rate."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -20,7 +21,9 @@ def write_pyramid_figure(scores: RunScores, path: Path) -> Path:
     for index, score in enumerate(agents):
         xs = [tier_index + (index - (len(agents) - 1) / 2) * width for tier_index in range(len(PYRAMID))]
         rates = [100 * (score.tiers[tier].rate or 0.0) for tier in PYRAMID]
-        bars = ax.bar(xs, rates, width=width * 0.92, label=score.agent)
+        errors = score.errors_text
+        label = score.agent + (f" ({errors}: outside the rates)" if errors else "")
+        bars = ax.bar(xs, rates, width=width * 0.92, label=label)
         for bar, tier in zip(bars, PYRAMID):
             tally = score.tiers[tier]
             if tally.denominator:

@@ -78,7 +78,8 @@ TRANSCRIPT_BACKFILL = 5000
 TRANSCRIPT_KINDS = ("transcript", "command", "exit", "phase", "timeout", "tier", "interrupted", "agent_finished",
                     "error", "checkout", "leftover_killed", "tier_retry", "rescore", "slurm", "omitted",
                     # the agent session's own events (engine/agents/session.py), in time order with its transcript
-                    "agent_version", "agent_prompt", "budget", "warning", "redacted", "agent_hung", "integrity")
+                    "agent_version", "agent_prompt", "budget", "warning", "redacted", "agent_hung", "agent_stopped",
+                    "integrity")
 STATE_KINDS = ("job_state", "phase", "tier", "run_state", "control", "interrupted", "slurm")
 USAGE_KIND = "usage"  # a session flushed its usage rows (updated in place): the job's spend is read again
 FINISHED = {"done", "error", "cancelled"}
@@ -285,10 +286,14 @@ def _fields(data: dict[str, Any], skip: frozenset[str] | set[str] = frozenset(),
 
 
 def error_line(data: dict[str, Any], what: str = "") -> str:
-    """`! api_error 401: Failed to authenticate · fatal`: an error's category, HTTP status, message, and
+    """`! model API auth 401: Failed to authenticate · fatal`: an error's category (a model-API
+    failure's kind), HTTP status, message, and
     whether it is retried (by the agent, or the attempt by the engine) or fatal."""
     category = data.get("category") or "error"
+    infra = data.get("infra") or is_infra(category)
     status = data.get("status") if data.get("status") is not None else data.get("status_code")
+    if category == "model_api" and data.get("api_kind"):
+        category = f"model API {data['api_kind']}"
     head_text = f"! {what}{category}" + (f" {status}" if status is not None else "")
     if data.get("phase"):
         head_text += f" ({data['phase']})"
@@ -299,7 +304,7 @@ def error_line(data: dict[str, Any], what: str = "") -> str:
         tags.append(f"will retry {attempt}/{most}" if attempt is not None and most is not None else "will retry")
     if data.get("fatal"):
         tags.append("fatal")
-    if data.get("infra") or is_infra(category):
+    if infra:
         tags.append("infrastructure: not the agent's failure")
     return head_text + (f": {_short(message, 600)}" if message else "") + "".join(f" · {tag}" for tag in tags)
 
@@ -367,6 +372,8 @@ def _status_line(data: dict[str, Any]) -> str:
         return f"  · task started{detail}" + (f" ({data['task_type']})" if data.get("task_type") else "")
     if subtype == "task_notification":
         return f"  · task {data.get('status') or 'update'}: {_short(data.get('summary') or '', 200)}"
+    if subtype == "status" and data.get("status") == "requesting":
+        return "  · requesting the model"
     if subtype == "thinking_tokens":
         return f"  · thinking ~{_num(data.get('estimated_tokens'))} tokens"
     if subtype == "todo_list":
@@ -391,8 +398,11 @@ def _budget_line(data: dict[str, Any]) -> str:
         return _num(value)
 
     text = f"! budget {what}: used {amount(data.get('used'))} of {amount(data.get('limit'))}"
-    return text + (" before the agent started: it did not start" if data.get("when") == "before start"
-                   else " · the agent was stopped")
+    if data.get("when") == "before start":
+        return text + " before the agent started: it did not start"
+    if data.get("stopped") is False:
+        return text + f" · {data.get('when') or 'not stopped'}: the agent had finished, its result stands"
+    return text + " · the agent was stopped"
 
 
 def format_event(kind: str, data: dict[str, Any]) -> list[str]:
@@ -488,6 +498,9 @@ def format_event(kind: str, data: dict[str, Any]) -> list[str]:
         return [f"  redacted secrets from {_num(files)} file{'s' if files != 1 else ''}{when}"]
     if kind == "agent_hung":
         return [f"! agent hung: {_short(data.get('message') or '', 400)}"]
+    if kind == "agent_stopped":
+        status = f" (HTTP {data['status']})" if data.get("status") else ""
+        return [f"! agent stopped{status}: {_short(data.get('message') or str(data.get('reason') or ''), 400)}"]
     if kind == "agent_version":
         if data.get("version"):
             return [f"  agent {data.get('agent') or ''} version {_short(data['version'], 200)}"]

@@ -278,7 +278,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(status, {"type": "error", "error": {"type": kind, "message": failure.get("message", kind)}},
                        {"request-id": self.model.next_id("req")})
             return
-        entry["status"] = 200
+        usage = {**DEFAULT_USAGE, **step.usage}
+        entry.update(status=200, usage=usage)  # what this answer serves (tests compare counts with it)
         self.model.record(entry)
         blocks: list[dict[str, Any]] = []
         if step.thinking:
@@ -367,9 +368,9 @@ class _Handler(BaseHTTPRequestHandler):
                                           "message": failure.get("message", "scripted failure"),
                                           "code": failure.get("code")}})
             return
-        entry["status"] = 200
-        self.model.record(entry)
         usage = {**DEFAULT_USAGE, **step.usage}
+        entry.update(status=200, usage=usage)
+        self.model.record(entry)
         output: list[dict[str, Any]] = []
         if step.thinking:
             output.append({"type": "reasoning", "id": self.model.next_id("rs"),

@@ -14,6 +14,7 @@ Without them these tests skip, unless RESENV_REQUIRE_AGENT_CLIS=1 (CI), where th
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from pathlib import Path
 
@@ -222,10 +223,15 @@ def test_model_api_outages_are_infrastructure_outside_the_denominators(tmp_path,
     finished = events(db, run_id, "agent_finished", "server-error/codex")
     assert finished[-1]["model_api"]["api_kind"] == "server"
 
-    report = resenv("report", run_id, "--format", "json", env=cli_env, cwd=tmp_path)
+    report = resenv("report", run_id, "--format", "json", "--figure", str(tmp_path / "pyramid.svg"),
+                    env=cli_env, cwd=tmp_path)
     assert report.returncode == 0, report.stderr
+    scores = json.loads(report.stdout)
+    assert "model_api" in json.dumps(scores["errors"]), scores["errors"]
+    assert "2 infra errors (2 model_api)" in (tmp_path / "pyramid.svg").read_text()
     shown = resenv("show", run_id, env=cli_env, cwd=tmp_path)
-    assert "model_api" in shown.stdout, shown.stdout
+    assert "error/model_api" in shown.stdout and "2 infra errors (2 model_api), outside every denominator" in shown.stdout, \
+        shown.stdout
     assert_events_complete(db, run_id)
 
 
@@ -281,24 +287,36 @@ def requests_after_breach(db: Path, run_id: str, key: str, model: ScriptedModel)
     return [r for r in model.requests if r.get("route") == route and r.get("agent_loop") and r["ts"] > row["ts"]]
 
 
+def served(model: ScriptedModel, key: str, agent: str) -> tuple[int, int, int, int]:
+    """(input, cached input, cache writes, output) the scripted model served to job `key`: Codex's
+    wire format has no cache writes."""
+    name, _ = key.split("/")
+    answered = [r["usage"] for r in model.requests if r.get("route") == f"/jobs/{name}--{agent}/" and "usage" in r]
+    return (sum(u["input"] for u in answered), sum(u["cache_read"] for u in answered),
+            sum(u["cache_write"] for u in answered) if agent == "claude" else 0, sum(u["output"] for u in answered))
+
+
 def test_real_clis_are_stopped_by_a_token_budget(tmp_path, cli_env) -> None:
     """The breach is seen as soon as the response that crosses it ends (Claude: its message_delta;
-    Codex: the token_usage_record of its session log), before its tool runs: no request after it.
-    The first step's command sleeps, as a real tool takes time (see tests/perf/perf_budget_stop.py
-    for the worst case, when a tool takes none)."""
-    defaults = PRICES + "  budgets: {wall_clock_s: 600, tokens: 1000}\n"
+    Codex: the token_usage_record of its session log), before its tool runs: no request after it,
+    and the tokens counted are exactly those the model served. The tool calls take a second, as real
+    ones do (tests/perf/perf_budget_stop.py measures the worst case, tools that take none)."""
+    defaults = PRICES + "  budgets: {wall_clock_s: 600, tokens: 3050}\n"
     db, run_id, model = run_scenarios(tmp_path, cli_env, ["slow-setup"], defaults=defaults, tiers="C1,C5")
     for agent in ("claude", "codex"):
         key = f"slow-setup/{agent}"
         [job] = db_rows(db, "SELECT * FROM jobs WHERE run_id = ? AND key = ?", (run_id, key))
         assert job["state"] == "done" and job["reason"] == "budget:tokens", (key, job["reason"])
         [budget] = events(db, run_id, "budget", key)
-        # Claude: the first response's message_start already crosses it (1000 input + 2000 cache
-        # writes + an output placeholder of 1); Codex: its first token_usage_record (1000 + 100)
-        assert (budget["limit"], budget["used"]) == (1000, 3001 if agent == "claude" else 1100), (key, budget)
+        # Claude: the first response ends at 1000 input + 2000 cache writes + 100 output; Codex: its
+        # second token_usage_record (the thread's 4200 input, 3000 of them cached, + 160 output)
+        assert (budget["limit"], budget["used"]) == (3050, 3100 if agent == "claude" else 4360), (key, budget)
         [finished] = events(db, run_id, "agent_finished", key)
         assert finished["stop_reason"] == "budget:tokens" and finished["completed"] is False, (key, finished, budget)
         assert requests_after_breach(db, run_id, key, model) == []
+        usage = usage_of(db, run_id, key)
+        assert (usage["input_tokens"], usage["cached_input_tokens"], usage["cache_write_tokens"],
+                usage["output_tokens"]) == served(model, key, agent)
         # stopped before it wrote a report; the probes still judged what it left
         assert tiers_of(db, run_id, key)["C1"] == ("fail", "missing_report")
 
