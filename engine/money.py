@@ -7,10 +7,10 @@ reports none) read "$0.00" in one place and "—" in another. The rules:
 
 * unknown (None) is always ``—``, never ``$0.00``: no price is not zero dollars;
 * a known zero is ``$0.00``;
-* from one cent up: cents, rounded half up, with thousands separators (``$12.35``, ``$1,234.50``);
-* below one cent: two significant digits, so a small cost never reads as zero (``$0.0030``,
-  ``$0.00012``); below a millionth of a dollar, ``<$0.000001``
-  (``≥$0`` as a lower bound);
+* from one dollar up: cents, rounded half up, with thousands separators (``$12.35``, ``$1,234.50``);
+* below one dollar: two significant digits and at least cents, so a small cost never reads as zero
+  and a typical agent run's cost is not rounded by a fifth (``$0.026``, ``$0.50``, ``$0.0030``,
+  ``$0.00012``); below a millionth of a dollar, ``<$0.000001`` (``≥$0`` as a lower bound);
 * ``partial`` (some of the tokens had no price, so the sum is a lower bound) prefixes ``≥``.
 
 Machine-readable outputs (``--json``) keep the raw number, or null when unknown, never this text.
@@ -40,10 +40,12 @@ def usd(amount: float | int | None, partial: bool = False) -> str:
         return f"{prefix}$0.00"
     if value < SMALLEST:  # a lower bound this small bounds nothing worth a digit
         return "≥$0" if partial else f"{sign}<${SMALLEST}"
-    if value < CENT:
-        exponent = value.adjusted()  # 0.003 -> -3
+    if value < 1:
+        exponent = min(value.adjusted(), -1)  # 0.003 -> -3; 0.5 -> -1 (at least cents)
         small = value.quantize(Decimal(1).scaleb(exponent - 1), rounding=ROUND_HALF_UP)
-        if small < CENT:
+        if small.adjusted() > exponent:  # rounding carried a digit (0.0099999 -> 0.010, not 0.0100)
+            small = small.quantize(Decimal(1).scaleb(min(small.adjusted(), -1) - 1), rounding=ROUND_HALF_UP)
+        if small < 1:
             return f"{prefix}{sign}${small:f}"
     return f"{prefix}{sign}${value.quantize(CENT, rounding=ROUND_HALF_UP):,.2f}"
 

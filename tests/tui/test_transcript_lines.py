@@ -56,7 +56,7 @@ def test_every_event_type_the_parsers_know_has_its_own_line() -> None:
     assert format_event("transcript", events_of("claude-setup")[0])[0].startswith(
         "● session · model claude-sonnet-4-5 · 26 tools · v2.1.332 · bypassPermissions · cwd /tmp/")
     assert format_event("transcript", events_of("codex-setup")[0])[0].startswith("● session · id ")
-    assert re.fullmatch(r"■ agent done: success · 7 turns · \d+\.\ds · \$0\.03",
+    assert re.fullmatch(r"■ agent done: success · 7 turns · \d+\.\ds · \$0\.026",
                         format_event("transcript", events_of("claude-setup")[-1])[0])
     claude_failure = [format_event("transcript", e)[0] for e in events_of("claude-auth-failure")]
     infra = " · infrastructure: not the agent's failure"
@@ -66,7 +66,7 @@ def test_every_event_type_the_parsers_know_has_its_own_line() -> None:
     assert re.match(r"! agent ended: error \(api_error\) · 1 turn · \d+\.\ds · \$0\.00 · API status 401",
                     claude_failure[-1]), claude_failure[-1]
     max_turns = format_event("transcript", events_of("claude-max-turns")[-1])[0]
-    assert re.fullmatch(r"! agent ended: error \(error_max_turns\) · 3 turns · \d+\.\ds · \$0\.01 · "
+    assert re.fullmatch(r"! agent ended: error \(error_max_turns\) · 3 turns · \d+\.\ds · \$0\.014 · "
                         r"Reached maximum number of turns \(2\)", max_turns), max_turns
     setup = [format_event("transcript", e)[0] for e in events_of("claude-setup")]
     assert "  · task started: run a shell command (local_bash)" in setup and "  · thinking ~11 tokens" in setup

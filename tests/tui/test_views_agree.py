@@ -199,6 +199,6 @@ def test_the_dashboard_follows_usage_rows_a_session_updates_in_place(store) -> N
     conn.close()
     feed.poll()
     cheap = feed.jobs[jobs["cheap"]]
-    assert (cheap.cost_text, cheap.tokens) == ("$0.01", 1300) and feed.cost_text == "≥$0.01"
+    assert (cheap.cost_text, cheap.tokens) == ("$0.013", 1300) and feed.cost_text == "≥$0.013"
     assert feed.take().usage
     feed.shutdown()

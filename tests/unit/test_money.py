@@ -15,7 +15,9 @@ from resenv.engine.outcomes import INFRA_CATEGORIES, errors_text, is_infra, stat
     (0.003, "$0.0030"),  # a small cost keeps two significant digits
     (0.00012, "$0.00012"), (0.0049999, "$0.0050"), (0.000001, "$0.0000010"),
     (0.0000004, "<$0.000001"),
-    (0.00999, "$0.01"), (0.01, "$0.01"),  # rounded up to a cent: cents
+    (0.00999, "$0.010"), (0.01, "$0.010"), (0.0099999, "$0.010"),  # rounding carries: still two digits
+    (0.026055, "$0.026"), (0.5, "$0.50"), (0.12345, "$0.12"),  # below a dollar: two significant digits
+    (0.999, "$1.00"),
     (12.345, "$12.35"), (2.675, "$2.68"),  # half up, on the decimal the float stands for
     (1234.5, "$1,234.50"), (1234567.891, "$1,234,567.89"),
     (float("nan"), "—"),
