@@ -32,7 +32,7 @@ from .scoring import choose_scoring, render, score_run
 from .scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, not_rescored_lines
 from .scorings import header as scoring_header
 from .omitted import omitted_text
-from .outcomes import OUTSIDE, errors_text
+from .outcomes import errors_text
 from .views import error_counts, job_rows, omitted_output, tier_glyphs
 
 # Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns.
@@ -295,7 +295,7 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
     console.print(table)
     console.print("tiers: ✓ pass  ✗ fail  – skip  ! error  · not scored")
     for agent, counts in errors.items():
-        console.print(f"{agent}: {errors_text(counts)}, {OUTSIDE}", markup=False)
+        console.print(f"{agent}: {errors_text(counts)}", markup=False)
     if omitted:
         console.print("output left out of the store by the output budget (defaults.output; the raw logs"
                       " keep every byte):", markup=False)

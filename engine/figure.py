@@ -22,7 +22,7 @@ def write_pyramid_figure(scores: RunScores, path: Path) -> Path:
         xs = [tier_index + (index - (len(agents) - 1) / 2) * width for tier_index in range(len(PYRAMID))]
         rates = [100 * (score.tiers[tier].rate or 0.0) for tier in PYRAMID]
         errors = score.errors_text
-        label = score.agent + (f" ({errors}: outside the rates)" if errors else "")
+        label = score.agent + (f" ({errors})" if errors else "")
         bars = ax.bar(xs, rates, width=width * 0.92, label=label)
         for bar, tier in zip(bars, PYRAMID):
             tally = score.tiers[tier]

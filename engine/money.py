@@ -24,6 +24,7 @@ from decimal import ROUND_HALF_UP, Decimal
 UNKNOWN = "—"
 SMALLEST = Decimal("0.000001")
 CENT = Decimal("0.01")
+HUGE = Decimal(10) ** 15
 
 
 def usd(amount: float | int | None, partial: bool = False) -> str:
@@ -38,6 +39,8 @@ def usd(amount: float | int | None, partial: bool = False) -> str:
     prefix = "≥" if partial else ""
     if value == 0:
         return f"{prefix}$0.00"
+    if value >= HUGE:  # beyond any real spend (a hostile figure): never a crash of the view
+        return f"{prefix}{sign}${float(value):.2e}"
     if value < SMALLEST:  # a lower bound this small bounds nothing worth a digit
         return "≥$0" if partial else f"{sign}<${SMALLEST}"
     if value < 1:

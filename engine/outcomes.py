@@ -5,8 +5,9 @@ An attempt ends `done`, `cancelled` or `error` with a category (`AttemptOutcome`
 engine/lifecycle.py). An infrastructure failure (`INFRA_CATEGORIES`: the harness, a host, a
 checkout, the model's API) says nothing about the agent: the scheduler retries it
 (`defaults.retries.infra`), and a job that still ends in `error` stands outside every denominator.
-So do jobs that end in `error` for any other reason (a phase timeout, say): a pass rate only counts
-judged tiers (engine/scoring.py). Since such a job has no verdict, every view — `resenv show`,
+A job that ends in `error` for any other reason (a phase timeout an agent's environment can provoke,
+say) keeps whatever was judged (engine/scoring.py): an agent cannot leave the denominators by making
+its own job fail. Since such jobs may lack verdicts, every view — `resenv show`,
 `resenv report` in every format, the dashboard — counts those jobs per agent by category
 (`errors_text`) and shows each one's category (`state_text`: ``error/model_api``) and reason, so they
 never vanish silently from the pass rates. The category list is open-ended: whatever the store
@@ -30,9 +31,13 @@ def state_text(state: str, category: str | None) -> str:
     return f"{state}/{category}" if state == "error" and category else state
 
 
+OUTSIDE = "outside every denominator"
+
+
 def errors_text(categories: Mapping[str | None, int]) -> str:
-    """Jobs that ended in `error`, by category: ``2 infra errors (1 model_api)``, then the others
-    (``1 other error (timeout)``); "" when there are none."""
+    """Jobs that ended in `error`, by category: ``2 infra errors (1 model_api), outside every
+    denominator``, then the others (``1 other error (timeout)``: their judged tiers count); "" when
+    there are none."""
     infra = {category: n for category, n in categories.items() if n and is_infra(category)}
     other = {category: n for category, n in categories.items() if n and not is_infra(category)}
     parts = []
@@ -42,8 +47,8 @@ def errors_text(categories: Mapping[str | None, int]) -> str:
             continue
         detail = ", ".join(f"{n} {category or 'uncategorized'}" for category, n in sorted(
             group.items(), key=lambda item: (-item[1], str(item[0]))) if category != "infra")
-        parts.append(f"{total} {label} error{'s' if total != 1 else ''}" + (f" ({detail})" if detail else ""))
+        parts.append(f"{total} {label} error{'s' if total != 1 else ''}" + (f" ({detail})" if detail else "")
+                     + (f", {OUTSIDE}" if label == "infra" else ""))
     return "; ".join(parts)
 
 
-OUTSIDE = "outside every denominator"

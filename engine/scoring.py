@@ -3,9 +3,11 @@
 Denominators are explicit: a tier counts a job only when it was judged (`pass` or `fail`). Skips
 (not applicable, insufficient hardware) and infrastructure errors leave the denominator and are
 counted in their own columns, so a missing GPU never reads as an agent failure. A job whose final
-state is `error` (a failed checkout, the model's API down: engine/outcomes.py) is outside every
-denominator, whatever an earlier attempt judged, and is counted per agent by its category instead,
-so it never vanishes silently from the pass rates.
+state is `error` is counted per agent by its category, so it never vanishes silently from the pass
+rates; when that category is an infrastructure one (a failed checkout, the model's API down:
+`outcomes.INFRA_CATEGORIES`) the job is outside every denominator, whatever an earlier attempt
+judged. Any other error (a phase timeout an agent's environment can provoke, say) keeps what was
+judged: an agent cannot leave the denominators by making its own job fail.
 
 Dollars are shown by engine/money.py (unknown is `—`, never `$0.00`); JSON keeps the number, null
 when unknown.
@@ -28,7 +30,7 @@ from .scorings import header as scoring_header
 from .store import StoreReader
 from .findings import job_findings
 from .money import add, spend, usd
-from .outcomes import OUTSIDE, errors_text, is_infra
+from .outcomes import errors_text, is_infra
 from .tiers import ALL_TIERS
 
 PYRAMID = ("C0", "C1", "C2", "C3", "C4")
@@ -178,8 +180,9 @@ def score_run(reader: StoreReader, run_id: str, scoring: Scoring | str | int | N
             score.output_tokens += usage[job["id"]]["output"] or 0
             found = usage[job["id"]]
             score.add_cost(*spend(found["cost"], found["priced"], found["n"]))
-        failed = job["state"] == "error"  # outside every denominator: counted by its category instead
+        failed = job["state"] == "error"  # counted by its category
         category = (ended.get(job["id"]) or {}).get("category") if failed else None
+        outside = failed and is_infra(category)  # infrastructure: outside every denominator
         row: dict[str, Any] = {"repo": job["repo_id"], "agent": job["agent"], "state": job["state"],
                                "category": category, "reason": job["reason"] if failed else None}
         if failed:
@@ -190,10 +193,10 @@ def score_run(reader: StoreReader, run_id: str, scoring: Scoring | str | int | N
         for tier in ALL_TIERS:
             result = results.get(job["id"], {}).get(tier)
             row[tier] = None if result is None else {"status": result["status"], "category": result["category"]}
-            if result is not None and not failed:
+            if result is not None and not outside:
                 _count(score, tier, result)
         repos.append(row)
-        c5 = results.get(job["id"], {}).get("C5") if not failed else None
+        c5 = results.get(job["id"], {}).get("C5") if not outside else None
         if c5 is not None:
             evidence = c5["evidence"]
             kinds = Counter(item["kind"] for item in evidence.get("hallucinations", []))
@@ -247,7 +250,7 @@ def _pct(value: float | None) -> str:
 def agent_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
     header = ["agent", "jobs", "C0 paper", "C0 3rd-party", *PYRAMID[1:], "C5 path", "C5 version",
               "C5 capability", "no/invalid report", "agent time", "tokens in/out", "cost", "env size",
-              f"errors ({OUTSIDE})"]
+              "errors"]
     rows = []
     for score in scores.agents.values():
         tiers = []
@@ -291,7 +294,7 @@ def render(scores: RunScores, fmt: str) -> str:
         return json.dumps(to_json(scores), indent=2)
     tables = [("Agents", *agent_table(scores)), ("Repos", *repo_table(scores))]
     if scores.errors:
-        tables.append((f"Jobs that ended in error ({OUTSIDE})", ["repo", "agent", "category", "infra", "reason"],
+        tables.append(("Jobs that ended in error (infrastructure ones outside every denominator)", ["repo", "agent", "category", "infra", "reason"],
                        [[e["repo"], e["agent"], e["category"] or "uncategorized", "yes" if e["infra"] else "no",
                          e["reason"] or ""] for e in scores.errors]))
     if scores.findings:
@@ -338,7 +341,7 @@ def to_json(scores: RunScores) -> dict[str, Any]:
             "env_bytes": score.env_bytes,
             "errors": {"total": sum(score.errors.values()), "by_category": dict(score.errors),
                        "infra": sum(n for category, n in score.errors.items() if is_infra(category)),
-                       "outside_denominators": True},
+                       "outside_denominators": "infra"},  # which of them: the infrastructure ones
         }
     scoring = None
     if scores.scoring is not None:

@@ -66,7 +66,7 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
             "category": category,
             "state_text": state_text(job["state"], category),
             "infra": job["state"] == "error" and is_infra(category),
-            "outside_denominators": job["state"] == "error",
+            "outside_denominators": job["state"] == "error" and is_infra(category),
             "where": where,
             "tiers": tiers.get(job["id"], {}),
             "agent_seconds": f"{seconds:.1f}" if seconds is not None else "—",

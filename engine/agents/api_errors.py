@@ -14,8 +14,11 @@ failures in their own shapes (recorded in ``tests/fixtures/streams``):
   Unauthorized: ...``, ``Quota exceeded...``, ``We're currently experiencing high demand...`` (its
   words for a 5xx), ``stream disconnected before completion...`` or a connection error.
 
-Every such event carries ``category: model_api``, ``api_kind`` (one of `KINDS`), ``status`` (the
-HTTP status when known), ``retry`` (the CLI retries by itself) and ``fatal`` (the CLI gave up).
+Every such event carries ``api_kind`` (one of `KINDS`), ``status`` (the HTTP status when known),
+``retry`` (the CLI retries by itself) and ``fatal`` (the CLI gave up), and a category: ``model_api``
+for the kinds the hosted side causes (`INFRA_KINDS`: a refused key, no quota, rate limits, 5xx, no
+connection), ``model_request`` for a request the API rejected as malformed or too long (a 400: the
+agent's own doing, e.g. a prompt that outgrew the context; never a free retry).
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ import re
 from typing import Any
 
 KINDS = ("auth", "quota", "rate_limit", "server", "connection", "bad_request", "other")
+INFRA_KINDS = frozenset({"auth", "quota", "rate_limit", "server", "connection"})
 HOPELESS_STATUSES = frozenset({401, 403})
 """Statuses no retry can cure: the session stops the agent at the first one instead of waiting out
 the CLI's own retries (Claude Code retries a 401 for minutes)."""
 
 _STATUS = re.compile(r"\b(?:unexpected )?status(?: code)?:? (\d{3})\b", re.IGNORECASE)
 _CODEX_PATTERNS: tuple[tuple[re.Pattern[str], str, int | None], ...] = (
-    (re.compile(r"quota exceeded|insufficient_quota|usage limit|billing", re.IGNORECASE), "quota", 429),
+    (re.compile(r"quota exceeded|insufficient_quota|usage limit|billing|credit balance", re.IGNORECASE), "quota", 429),
     (re.compile(r"rate limit|too many requests", re.IGNORECASE), "rate_limit", 429),
     (re.compile(r"high demand|internal server error|service unavailable|bad gateway|overloaded", re.IGNORECASE),
      "server", None),
@@ -60,8 +64,11 @@ def kind_of_status(status: int | None) -> str | None:
     return None
 
 
-def claude_kind(status: int | None, *names: Any) -> str:
-    """Claude Code's error names (``error``, ``api_error``) and status as one kind."""
+def claude_kind(status: int | None, *names: Any, message: str = "") -> str:
+    """Claude Code's error names (``error``, ``api_error``) and status as one kind (a 400 whose text
+    says the credit balance is spent is quota)."""
+    if status == 400 and re.search(r"credit balance|billing", message, re.IGNORECASE):
+        return "quota"
     for name in names:
         if isinstance(name, str) and name in _CLAUDE_ERRORS:
             by_name = _CLAUDE_ERRORS[name]
@@ -74,6 +81,8 @@ def codex_failure(message: str) -> tuple[str, int | None] | None:
     """(kind, status) when a Codex error text is a model-API failure, else None."""
     match = _STATUS.search(message)
     status = int(match.group(1)) if match else None
+    if status == 400 and re.search(r"credit balance|billing|quota", message, re.IGNORECASE):
+        return "quota", status
     if status is not None:
         return kind_of_status(status) or "other", status
     for pattern, kind, implied in _CODEX_PATTERNS:
@@ -83,15 +92,17 @@ def codex_failure(message: str) -> tuple[str, int | None] | None:
 
 
 def api_error(kind: str, status: int | None, message: str, *, retry: bool, fatal: bool, **extra: Any) -> dict[str, Any]:
-    """A normalized ``error`` event for a model-API failure."""
-    return {"type": "error", "category": "model_api", "api_kind": kind, "status": status, "retry": retry,
+    """A normalized ``error`` event for a model-API failure (``model_request`` when the agent's own
+    request was at fault, see the module doc)."""
+    category = "model_api" if kind in INFRA_KINDS else "model_request"
+    return {"type": "error", "category": category, "api_kind": kind, "status": status, "retry": retry,
             "fatal": fatal, "message": message[:2000], **extra}
 
 
 def hopeless(event: dict[str, Any]) -> bool:
     """A model-API error that no retry can cure (the key is refused)."""
-    return event.get("category") == "model_api" and (
-        event.get("status") in HOPELESS_STATUSES or (event.get("api_kind") == "auth" and event.get("fatal")))
+    return event.get("category") == "model_api" and event.get("api_kind") == "auth" and (
+        event.get("status") in HOPELESS_STATUSES or bool(event.get("fatal")))
 
 
 def describe(event: dict[str, Any]) -> str:
@@ -102,5 +113,5 @@ def describe(event: dict[str, Any]) -> str:
     return f"model API {kind}" + (f" (HTTP {status})" if status else "") + (f": {message}" if message else "")
 
 
-__all__ = ["HOPELESS_STATUSES", "KINDS", "api_error", "claude_kind", "codex_failure", "describe", "hopeless",
+__all__ = ["HOPELESS_STATUSES", "INFRA_KINDS", "KINDS", "api_error", "claude_kind", "codex_failure", "describe", "hopeless",
            "kind_of_status"]

@@ -56,7 +56,7 @@ from .transcript import (
     tail,
     unknown,
 )
-from .api_errors import api_error, claude_kind
+from .api_errors import INFRA_KINDS, api_error, claude_kind
 from .usage import from_anthropic, from_claude_model_usage
 
 _EXIT_CODE = re.compile(r"^(?:Error: )?Exit code (-?\d+)\b")
@@ -155,8 +155,8 @@ def _assistant(data: dict[str, Any]) -> list[dict[str, Any]]:
     if data.get("is_api_error_message"):
         status = as_int(data.get("api_error_status"))
         text = " ".join(str(b.get("text", "")) for b in text_blocks)
-        return [api_error(claude_kind(status, data.get("api_error"), data.get("error")), status, text, retry=False,
-                          fatal=True, error=data.get("error"), **common)]
+        return [api_error(claude_kind(status, data.get("api_error"), data.get("error"), message=text), status, text,
+                          retry=False, fatal=True, error=data.get("error"), **common)]
     if model == "<synthetic>":  # a message the CLI wrote itself ("No response requested."): no model spoke
         return [{"type": "message", **head(" ".join(str(b.get("text", "")) for b in text_blocks)),
                  "synthetic": True, **common}]
@@ -277,8 +277,10 @@ def _result(data: dict[str, Any]) -> list[dict[str, Any]]:
         event["api_error_status"] = data.get("api_error_status")
     if is_error and data.get("terminal_reason") == "api_error":
         status = as_int(data.get("api_error_status"))
-        event["api_error"] = {"api_kind": claude_kind(status), "status": status,
-                              "message": str(data.get("result") or "")[:2000]}
+        message = str(data.get("result") or "")
+        kind = claude_kind(status, "unknown" if status is None else None, message=message)  # no status: no answer
+        event["api_error"] = {"api_kind": kind, "status": status, "message": message[:2000],
+                              "category": "model_api" if kind in INFRA_KINDS else "model_request"}
     if isinstance(data.get("errors"), list):
         event["errors"] = [str(e)[:500] for e in data["errors"][:20]]
     denials = data.get("permission_denials")

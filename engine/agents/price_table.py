@@ -9,8 +9,9 @@ comes (see `usage.UsageLedger`).
 These are the vendors' published list prices for standard (non-batch) use: input, cache reads
 (``cached_input``), cache writes (Anthropic's 5-minute writes; OpenAI bills none) and output,
 reasoning included in output. Long-context surcharges are not modelled: the CLI's own figure
-corrects them at the end. A model name matches its exact key or the longest key that prefixes it
-(``claude-sonnet-4-5`` prices ``claude-sonnet-4-5-20250929``).
+corrects them at the end. A model name matches its exact key or that key with a date or ``-latest``
+after it (``claude-sonnet-4-5`` prices ``claude-sonnet-4-5-20250929``), never a mere prefix: a model
+this table does not list has an unknown cost, not a neighbour's (`usage.find_listed_price`).
 """
 
 from __future__ import annotations

@@ -59,6 +59,7 @@ LIVE_USAGE_POLL_S = 0.1  # a new usage record is seen this soon (a read of nothi
 VERSION_TIMEOUT_S = 60.0
 FULL_LINE_MAX = 64 << 20  # a longer line is parsed from its first 16 KiB only
 VERSION_BYTES = 64 << 10  # of a CLI's --version output
+ROLLOUT_DRAIN_CHUNKS = 16  # at most this many 4 MiB chunks of an agent's own log are read after it exits
 
 
 class AgentSession:
@@ -138,8 +139,7 @@ class AgentSession:
         self._rollout = _LogTail(directory, (self.started_at or 0) - 1, self._live_path)
         while True:
             more = self._read_rollout()
-            if not more:
-                await asyncio.sleep(LIVE_USAGE_POLL_S)
+            await asyncio.sleep(0 if more else LIVE_USAGE_POLL_S)  # a flood of log never holds the loop
 
     def _read_rollout(self) -> bool:
         """Account the session log's new usage records; True when there may be more to read now."""
@@ -149,7 +149,7 @@ class AgentSession:
             lines, more = self._rollout.read()
             for text in lines:
                 event = self.adapter.parse_rollout_line(text)
-                if event is not None and self.completion is None:
+                if event is not None and self.completion is None and self._rollout.advances(event):
                     self.ledger.observe(event)
         except Exception:  # best-effort: the CLI's own log may vanish or change shape
             return False
@@ -195,7 +195,11 @@ class AgentSession:
                 self._observe(event)
             except Exception as error:  # accounting must never break the transcript
                 event.setdefault("accounting_error", f"{type(error).__name__}: {error}")
-        self._after_change()
+        try:
+            self._after_change()
+        except Exception as error:  # nor kill the agent (a raising on_line would)
+            for event in events[:1]:
+                event.setdefault("accounting_error", f"{type(error).__name__}: {error}")
         return events
 
     def _full_line(self, line: OutputLine) -> OutputLine:
@@ -224,10 +228,11 @@ class AgentSession:
             self._api_error(event)
         if self.ledger.observe(event) and self.completion is None:
             self.completion = event
-            if isinstance(event.get("api_error"), dict) and event.get("status") != "success":
-                self.api_failure = self.api_failure or {"category": "model_api", "fatal": True, **event["api_error"]}
-            elif event.get("status") == "success":
-                self.api_failure = None  # whatever failed before, the agent got through
+            failure = event.get("api_error")
+            if isinstance(failure, dict) and failure.get("category") == "model_api" and event.get("status") != "success":
+                self.api_failure = self.api_failure or {"fatal": True, **failure}
+            elif event.get("status") == "success" or isinstance(failure, dict):
+                self.api_failure = None  # the agent got through, or ended on a request of its own making
             grace = getattr(self.adapter, "completion_grace_s", None)
             if grace is not None and self._grace is None and not self.finished:
                 self._grace = asyncio.get_running_loop().call_later(grace, self._grace_expired, grace)
@@ -235,9 +240,11 @@ class AgentSession:
     def _api_error(self, event: dict[str, Any]) -> None:
         """A model-API error: the CLI gave up (fatal), or no retry can cure it (a refused key): the
         attempt ends as an infrastructure failure, and a refused key stops the agent at once."""
+        if self.completion is not None or event.get("parent_id"):
+            return  # after the end, or a subagent's (its parent goes on and reports for itself)
         if event.get("fatal") or hopeless(event):
             self.api_failure = event
-        if hopeless(event) and not self.finished and self.stop_reason is None and self.completion is None:
+        if hopeless(event) and not self.finished and self.stop_reason is None:
             self.stop_reason = "model_api"
             self.sink.emit("agent_stopped", {"reason": "model_api", "status": event.get("status"),
                                              "message": "the model API refused the key; retrying cannot help"})
@@ -323,8 +330,9 @@ class AgentSession:
             self.stop(*breach)
 
     def stop(self, reason: str, limit: float, used: float) -> None:
-        """Stop the agent for a breached budget (once); the probes still run afterwards."""
-        if self.stop_reason or self.finished:
+        """Stop the agent for a breached budget (once); the probes still run afterwards. An agent
+        that has reported completion is not stopped (the run's other sessions call this too)."""
+        if self.stop_reason or self.finished or self.completion is not None:
             return
         self.stop_reason = reason
         self.sink.emit("budget", {"name": reason, "limit": limit, "used": used, "stopped": True})
@@ -347,8 +355,10 @@ class AgentSession:
         self.run.sessions.discard(self)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        while self._read_rollout():  # what the agent's own log got after the last poll (a cut stream)
-            pass
+        for _ in range(ROLLOUT_DRAIN_CHUNKS):  # what the agent's own log got after the last poll (a cut stream)
+            if not self._read_rollout():
+                break
+            await asyncio.sleep(0)
         if self._rollout is not None:
             self._rollout.close()
         if self.stop_reason and self.stop_reason.startswith("budget:") and not result.killed and self.completion:
@@ -367,6 +377,8 @@ class AgentSession:
             self.stop_reason = "budget:wall_clock" if wall is not None and wall < agent_timeout else "timeout:agent"
         if self.api_failure is not None and self.stop_reason is None:
             self.stop_reason = "model_api"
+        elif self.api_failure is None and self.stop_reason == "model_api":
+            self.stop_reason = None  # stopped for a refused key, yet it reported success first: its result stands
         if self.completion is None and self.stop_reason is None and getattr(self.adapter, "completion_grace_s", None) is not None:
             self.sink.emit("error", {"category": "incomplete", "message": "the agent exited without reporting "
                                      f"completion (exit status {result.returncode}); its transcript is incomplete"})
@@ -390,8 +402,11 @@ class AgentSession:
         }
 
     def failure(self) -> str | None:
-        """The attempt's infrastructure failure, if the model API failed it (a one-line reason)."""
-        return None if self.api_failure is None else describe(self.api_failure)
+        """The attempt's infrastructure failure, if the model API failed it (a one-line reason): only
+        when the agent ended on it, not when a budget, a timeout or its own result ended it."""
+        if self.api_failure is None or self.stop_reason != "model_api":
+            return None
+        return describe(self.api_failure)
 
 
 
@@ -416,6 +431,7 @@ class _LogTail:
         self.since = since
         self.live = live
         self.handle: BinaryIO | None = None
+        self.last: Usage | None = None  # the last running total accepted
         self.pending = b""
         self.skipping = False
 
@@ -434,6 +450,16 @@ class _LogTail:
         if len(self.pending) > FULL_LINE_MAX:
             self.pending, self.skipping = b"", True
         return [raw.decode("utf-8", errors="replace") for raw in complete], len(data) == self.CHUNK
+
+    def advances(self, event: dict[str, Any]) -> bool:
+        """Whether a running total is at least the last one in every count: the log is the agent's
+        own file, and a total that went down was not written by its CLI (ignored, so a forged zero
+        cannot reset a budget's count)."""
+        usage = Usage.from_dict(event)
+        if self.last is not None and usage.maximum(self.last) != usage:
+            return False
+        self.last = usage
+        return True
 
     def close(self) -> None:
         if self.handle is not None:

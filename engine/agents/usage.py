@@ -36,11 +36,14 @@ that prefixes it, so ``claude-sonnet-4-5`` prices ``claude-sonnet-4-5-20250929``
 2. the cost the CLI itself reported at the end (Claude's ``costUSD``; source ``reported``): it
    reconciles the live estimate (the estimate is kept beside it as ``estimate_usd``);
 3. the list prices resenv ships (`price_table`; source ``table:<key>@<date>``): the live estimate;
+   matched by exact name or a dated/``-latest`` variant only (`find_listed_price`);
 4. else unknown (None): never shown as 0, and a dollar budget cannot see it (the session warns).
 """
 
 from __future__ import annotations
 
+import math
+import re
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -92,14 +95,26 @@ class Usage:
         return any(getattr(self, f) for f in FIELDS)
 
 
+MAX_TOKENS = 10**12
+"""A count above this is not a count (no run comes near it) but a hostile value: it is clamped, so it
+can never overflow SQLite's 64-bit integers and stop the run's store."""
+
+
 def _int(value: Any) -> int:
     if isinstance(value, bool):
         return 0
     if isinstance(value, int):
-        return max(0, value)
-    if isinstance(value, float) and value == value:
-        return max(0, int(value))
+        return min(max(0, value), MAX_TOKENS)
+    if isinstance(value, float) and math.isfinite(value):
+        return min(max(0, int(value)), MAX_TOKENS)
     return 0
+
+
+def _dollars(value: Any) -> float | None:
+    """A reported cost, if it is one: a finite, non-negative number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        return None
+    return float(value)
 
 
 # -- vendor shapes -> Usage ----------------------------------------------------------------------
@@ -167,6 +182,21 @@ def find_price(model: str | None, prices: Mapping[str, Any]) -> tuple[str, Any] 
     return key, prices[key]
 
 
+_VARIANT = re.compile(r"(?:-\d{8}|@\d{8}|-latest|-\d{4}-\d{2}-\d{2})$")
+
+
+def find_listed_price(model: str | None, table: Mapping[str, Any]) -> tuple[str, Any] | None:
+    """(key, price) of resenv's list prices for a model: its exact name, or that name with a date or
+    ``-latest`` after it. Never a mere prefix: ``gpt-5`` does not price ``gpt-5-pro``, nor ``o3``
+    ``o3-pro`` (an unknown model's cost stays unknown rather than wrong)."""
+    if not model:
+        return None
+    if model in table:
+        return model, table[model]
+    base = _VARIANT.sub("", model)
+    return (base, table[base]) if base != model and base in table else None
+
+
 def price_usage(usage: Usage, price: Any) -> float:
     """USD for `usage` at `price` (per million tokens; reasoning is inside output)."""
     return (usage.input * price.input + usage.cached_input * price.cached_input
@@ -208,8 +238,11 @@ class UsageLedger:
     version: int = 0  # bumps whenever a total may have changed
     _message_sum: dict[str | None, Usage] = field(default_factory=dict)  # sum of `messages` by model
 
-    def model_for(self, model: str | None) -> str | None:
-        return model or self.default_model
+    def model_for(self, model: Any) -> str | None:
+        """The model a report names (a string, whatever the agent printed), else the default."""
+        if model is None or model == "":
+            return self.default_model
+        return str(model)[:200]
 
     def message(self, message_id: str, model: str | None, usage: Usage) -> bool:
         """A per-message report (each id counts once, at its largest); True if it changed anything."""
@@ -259,12 +292,12 @@ class UsageLedger:
             if isinstance(models, dict) and models:
                 usages = {m: Usage.from_dict(u) for m, u in models.items() if isinstance(u, dict)}
                 # A reported cost of 0 for tokens the CLI has no price for is not a price: unknown.
-                costs = {m: float(u["cost_usd"]) for m, u in models.items() if isinstance(u, dict)
-                         and isinstance(u.get("cost_usd"), (int, float)) and (u["cost_usd"] > 0 or not usages[m])}
+                costs = {m: cost for m, u in models.items() if isinstance(u, dict)
+                         and (cost := _dollars(u.get("cost_usd"))) is not None and (cost > 0 or not usages[m])}
                 self.cumulative(usages, costs)
             elif isinstance(event.get("usage"), dict):
-                cost = event.get("cost_usd")
-                costs = {None: float(cost)} if isinstance(cost, (int, float)) and cost > 0 else None
+                cost = _dollars(event.get("cost_usd"))
+                costs = {None: cost} if cost is not None and cost > 0 else None
                 self.cumulative({None: Usage.from_dict(event["usage"])}, costs)
             return True
         usage = event.get("usage")
@@ -302,7 +335,7 @@ class UsageLedger:
         if found is not None:
             key, price = found
             return price_usage(usage, price), f"prices:{key}@{price.date}", None
-        listed = find_price(model, self.table)
+        listed = find_listed_price(model, self.table)
         estimate = price_usage(usage, listed[1]) if listed is not None else None
         if model in self.reported_cost:
             return self.reported_cost[model], "reported", estimate

@@ -73,7 +73,7 @@ def test_error_jobs_are_counted_by_category_outside_the_denominators(tmp_path, c
     shown = cli(db, "show", run_id)
     assert "error/infra" in next(line for line in shown.splitlines() if "broken/a" in line)
     assert "error/download_failed" in next(line for line in shown.splitlines() if "gone/a" in line)
-    assert "a: 1 infra error; 1 other error (1 download_failed), outside every denominator" in shown
+    assert "a: 1 infra error, outside every denominator; 1 other error (1 download_failed)" in shown
     listing = json.loads(cli(db, "show", run_id, "--json"))
     job = next(job for job in listing["jobs"] if job["key"] == "broken/a")
     assert (job["category"], job["infra"], job["outside_denominators"], job["cost_usd"]) == ("infra", True, True, None)
@@ -87,12 +87,12 @@ def test_error_jobs_are_counted_by_category_outside_the_denominators(tmp_path, c
     assert sorted((e["repo"], e["category"], e["infra"]) for e in report["errors"]) == \
         [("broken", "infra", True), ("gone", "download_failed", False)]
     md = cli(db, "report", run_id)
-    assert "1 infra error; 1 other error (1 download_failed)" in md
+    assert "1 infra error, outside every denominator; 1 other error (1 download_failed)" in md
     assert "| broken | a | infra | yes |" in md and "| broken | a | error/infra |" in md
 
     feed = RunFeed(db, run_id)
     feed.load()
     view = next(job for job in feed.jobs.values() if job.key == "broken/a")
     assert view.state_text == "error/infra" and view.infra and view.reason == jobs["broken/a"]["reason"]
-    assert feed.errors_text() == "1 infra error; 1 other error (1 download_failed)"
+    assert feed.errors_text() == "1 infra error, outside every denominator; 1 other error (1 download_failed)"
     feed.shutdown()
