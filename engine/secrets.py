@@ -152,8 +152,7 @@ class Redactor:
         self._bytes = re.compile(b"|".join(map(re.escape, self._bytes_variants))) if ordered else None
         self._bytes_names = {variant.encode(): name for variant, name in self.names.items()}
         self.longest = max((len(v) for v in self._bytes_variants), default=0)
-        # what a stream must hold back: the proper prefixes of every variant, and the bytes they start with
-        self._prefixes = frozenset(v[:n] for v in self._bytes_variants for n in range(1, len(v)))
+        # the bytes a variant starts with: where a stream may have to hold back a secret's beginning
         self._starts = bytes(sorted({v[0] for v in self._bytes_variants}))
 
     def __bool__(self) -> bool:
@@ -350,10 +349,12 @@ class StreamRedactor:
                 first = at
         if first == size:
             return size
-        prefixes = redactor._prefixes
+        variants = redactor._bytes_variants  # checked in place: a set of every prefix grows with a secret's square
         for at in range(first, size):
-            if buf[at] in redactor._starts and buf[at:] in prefixes:
-                return at
+            if buf[at] in redactor._starts:
+                tail = buf[at:]
+                if any(len(variant) > len(tail) and variant.startswith(tail) for variant in variants):
+                    return at
         return size
 
     def _scan(self, buf: bytes, final: bool) -> bytes:
