@@ -155,12 +155,13 @@ def _error(message: str) -> dict[str, Any]:
 
 
 def parse_rollout_line(text: str) -> dict[str, Any] | None:
-    """A usage record of Codex's session log as a cumulative ``usage`` event, else None.
+    """A usage record of Codex's session log as a cumulative ``usage`` event (a ``turn_context``: a
+    ``session`` event naming the model), else None.
 
     ``token_usage_record`` is written as soon as a model response ends (``thread_token_usage``: the
     thread's running total; ``response_id`` names the response); ``event_msg/token_count`` repeats
     the total later, after the response's tool calls ran."""
-    if '"token_usage_record"' not in text and '"token_count"' not in text:
+    if '"token_usage_record"' not in text and '"token_count"' not in text and '"turn_context"' not in text:
         return None
     try:
         record = json.loads(text)
@@ -169,6 +170,9 @@ def parse_rollout_line(text: str) -> dict[str, Any] | None:
     payload = record.get("payload") if isinstance(record, dict) else None
     if not isinstance(payload, dict):
         return None
+    if record.get("type") == "turn_context":  # the model of the turn: prices the usage when no model is configured
+        model = payload.get("model")
+        return {"type": "session", "model": model} if isinstance(model, str) and model else None
     if record.get("type") == "token_usage_record":
         total = payload.get("thread_token_usage")
         extra = {"response_id": payload.get("response_id")} if isinstance(payload.get("response_id"), str) else {}

@@ -149,7 +149,9 @@ class AgentSession:
             lines, more = self._rollout.read()
             for text in lines:
                 event = self.adapter.parse_rollout_line(text)
-                if event is not None and self.completion is None and self._rollout.advances(event):
+                if event is None or self.completion is not None:
+                    continue
+                if event.get("type") == "session" or self._rollout.advances(event):
                     self.ledger.observe(event)
         except Exception:  # best-effort: the CLI's own log may vanish or change shape
             return False

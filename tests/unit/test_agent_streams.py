@@ -280,7 +280,20 @@ def test_a_codex_error_that_is_not_the_api_is_the_agents_and_fatal() -> None:
 
 
 def rollout_events() -> list[dict]:
-    return [e for e in map(parse_rollout_line, (STREAMS / "codex-setup.rollout.jsonl").read_text().splitlines()) if e]
+    """The usage events of Codex's session log (its turn context aside)."""
+    return [e for e in map(parse_rollout_line, (STREAMS / "codex-setup.rollout.jsonl").read_text().splitlines())
+            if e and e["type"] == "usage"]
+
+
+def test_codex_s_session_log_names_the_model_when_none_is_configured() -> None:
+    """No `model:` in the agent's entry: the turn context of Codex's own log names it, so the live
+    cost is priced (and a dollar budget can see it)."""
+    ledger = UsageLedger()
+    for text in (STREAMS / "codex-setup.rollout.jsonl").read_text().splitlines():
+        if (event := parse_rollout_line(text)) is not None:
+            ledger.observe(event)
+    [spend] = ledger.totals()["models"]
+    assert spend["model"] == "gpt-5-codex" and spend["cost_source"] == "table:gpt-5-codex@2025-09-23"
 
 
 def test_codex_usage_records_come_before_the_tools_run() -> None:
