@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import stat
 import textwrap
 from pathlib import Path
 
