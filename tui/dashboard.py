@@ -15,6 +15,7 @@ from typing import Any
 
 from textual import events
 from textual.app import App
+from textual.css.query import NoMatches
 
 from .commands import RegistryProvider
 from .data import JobView, Poller, RunFeed
@@ -138,17 +139,20 @@ class ResenvApp(App[Any]):
                             severity="information" if ack == "applied" else "warning")
             for error in changes.errors:
                 self.notify(f"store: {error}", severity="error")
-        if isinstance(self.screen, DashScreen) and self.screen.mounted:
-            self.screen.every_tick()
-        now = time.monotonic()
-        if now - self._last_second >= 1.0:
-            self._last_second = now
+        try:
             if isinstance(self.screen, DashScreen) and self.screen.mounted:
-                self.screen.every_second()
-            elif len(self.screen_stack) > 1:  # under a modal, keep the screen beneath alive
-                beneath = self.screen_stack[-2]
-                if isinstance(beneath, DashScreen) and beneath.mounted:
-                    beneath.every_second()
+                self.screen.every_tick()
+            now = time.monotonic()
+            if now - self._last_second >= 1.0:
+                self._last_second = now
+                if isinstance(self.screen, DashScreen) and self.screen.mounted:
+                    self.screen.every_second()
+                elif len(self.screen_stack) > 1:  # under a modal, keep the screen beneath alive
+                    beneath = self.screen_stack[-2]
+                    if isinstance(beneath, DashScreen) and beneath.mounted:
+                        beneath.every_second()
+        except NoMatches:  # a screen whose widgets are being removed (quitting, popping): next tick
+            pass
         self._engine_check()
 
     def _engine_check(self) -> None:

@@ -67,6 +67,9 @@ class DashScreen(Screen):
         self.mounted = True
         self.when_mounted()
 
+    def on_unmount(self) -> None:
+        self.mounted = False  # being torn down (a quit, a pop): the paint timer must not reach into it
+
     def when_mounted(self) -> None:
         """The screen now receives its feed's changes (start streams here, not in on_mount)."""
 
