@@ -34,10 +34,10 @@ def state_text(state: str, category: str | None) -> str:
 OUTSIDE = "outside every denominator"
 
 
-def errors_text(categories: Mapping[str | None, int]) -> str:
+def errors_text(categories: Mapping[str | None, int], *, say_outside: bool = True) -> str:
     """Jobs that ended in `error`, by category: ``2 infra errors (1 model_api), outside every
-    denominator``, then the others (``1 other error (timeout)``: their judged tiers count); "" when
-    there are none."""
+    denominator`` (unless a title already says so: `say_outside`), then the others (``1 other error
+    (timeout)``: their judged tiers count); "" when there are none."""
     infra = {category: n for category, n in categories.items() if n and is_infra(category)}
     other = {category: n for category, n in categories.items() if n and not is_infra(category)}
     parts = []
@@ -48,7 +48,7 @@ def errors_text(categories: Mapping[str | None, int]) -> str:
         detail = ", ".join(f"{n} {category or 'uncategorized'}" for category, n in sorted(
             group.items(), key=lambda item: (-item[1], str(item[0]))) if category != "infra")
         parts.append(f"{total} {label} error{'s' if total != 1 else ''}" + (f" ({detail})" if detail else "")
-                     + (f", {OUTSIDE}" if label == "infra" else ""))
+                     + (f", {OUTSIDE}" if label == "infra" and say_outside else ""))
     return "; ".join(parts)
 
 

@@ -445,7 +445,7 @@ class OverviewScreen(DashScreen):
             # jobs that ended in error are outside every denominator: one more line says how many, by category
             errors = any(score.errors for score in scores.agents.values())
             self.query_one("#bottom").styles.height = 10 if errors else 9
-            panel.border_title = ("Pyramid · C0–C4 passed/judged · ! errors outside rates" if errors
+            panel.border_title = ("Pyramid · C0–C4 passed/judged · ! infra errs not in rates" if errors
                                   else "Pyramid · C0–C4 passed/judged per agent")
 
     def on_resize(self, event: Any) -> None:

@@ -23,6 +23,7 @@ from textual.widgets import DataTable
 from textual.widgets.data_table import ColumnKey, DuplicateKey, Row, RowKey
 
 from ..engine.money import usd
+from ..engine.outcomes import errors_text
 from .data import ALL_TIERS, PYRAMID, STALE_SAMPLE_S, HostView, JobView, Sample
 
 if TYPE_CHECKING:
@@ -190,11 +191,11 @@ class FitTable(DataTable):
 
 # -- pyramids ---------------------------------------------------------------------------------
 def errors_line(score: AgentScore, width: int) -> Text:
-    """The agent's jobs that ended in error, by category (blank if none): outside every denominator,
-    as the panel's title says."""
+    """The agent's jobs that ended in error, by category (blank if none); the panel's title says the
+    infrastructure ones are outside the rates."""
     if not score.errors:
         return Text(" " * width)
-    return _fit(Text(f"! {score.errors_text}", "bold red", no_wrap=True), width)
+    return _fit(Text(f"! {errors_text(score.errors, say_outside=False)}", "bold red", no_wrap=True), width)
 
 
 def agent_pyramid(score: AgentScore, width: int) -> list[Text]:
