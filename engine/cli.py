@@ -244,20 +244,29 @@ def validate(benchmark: Path) -> None:
 
 @main.command("runs")
 @db_option
-def list_runs(db_path: Path | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output: a list of runs.")
+def list_runs(db_path: Path | None, as_json: bool) -> None:
     """List the runs in the store, newest first."""
     reader = _reader(db_path)
     table = Table("run", "name", "state", "jobs", "done", "error", "started", "duration")
+    listed = []
     for run_row in reader.runs():
         counts = {row["state"]: row["n"] for row in reader.rows(
             "SELECT state, COUNT(*) AS n FROM jobs WHERE run_id = ? GROUP BY state", (run_row["id"],))}
         state = run_row["state"]
         if state in {"running", "paused"} and not engine_alive(run_row):
             state = "interrupted"
+        started, finished = run_row["started_at"], run_row["finished_at"]
+        listed.append({"id": run_row["id"], "name": run_row["name"], "state": state, "jobs": sum(counts.values()),
+                       "jobs_by_state": counts, "started_at": started, "finished_at": finished,
+                       "duration_s": None if not started else round((finished or time.time()) - started, 3)})
         table.add_row(
             run_row["id"], run_row["name"], state, str(sum(counts.values())), str(counts.get("done", 0)),
-            str(counts.get("error", 0)), _when(run_row["started_at"]), _duration(run_row),
+            str(counts.get("error", 0)), _when(started), _duration(run_row),
         )
+    if as_json:
+        click.echo(json.dumps(listed, indent=2))
+        return
     console.print(table)
 
 
