@@ -330,13 +330,13 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
 def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None, scoring_ref: str = "latest") -> None:
     """Scores of a run: per agent C0 ratios, C1–C4 pass rates with denominators, C5 hallucinations;
     from its latest scoring unless --scoring names another, and saying which."""
+    if figure is not None and figure.suffix not in (".png", ".svg"):  # before anything is printed
+        raise click.BadParameter("the figure must end in .png or .svg", param_hint="--figure")
     reader, run_row = _open_run(db_path, run_ref)
     chosen, _ = _scoring(reader, run_row["id"], scoring_ref)
     scores = score_run(reader, run_row["id"], chosen)
     click.echo(render(scores, fmt), nl=False)
     if figure is not None:
-        if figure.suffix not in (".png", ".svg"):
-            raise click.BadParameter("the figure must end in .png or .svg", param_hint="--figure")
         write_pyramid_figure(scores, figure)
         click.echo(f"figure written to {figure}", err=True)
 

@@ -98,6 +98,9 @@ def test_run_records_jobs_attempts_events_and_raw_logs(tmp_path, cli_env):
     assert "one/a" in shown.stdout and "two/a" in shown.stdout and "done" in shown.stdout
     listed = resenv("runs", env=cli_env, cwd=tmp_path)
     assert run["id"] in listed.stdout and "finished" in listed.stdout
+    wrong = resenv("report", "--figure", str(tmp_path / "x.jpg"), env=cli_env, cwd=tmp_path)
+    assert wrong.returncode == 2 and wrong.stdout == "" and "must end in .png or .svg" in wrong.stderr
+    assert not (tmp_path / "x.jpg").exists()
     [as_json] = json.loads(resenv("runs", "--json", env=cli_env, cwd=tmp_path).stdout)
     assert (as_json["id"], as_json["state"], as_json["jobs"], as_json["jobs_by_state"]) == (run["id"], "finished", 2, {"done": 2})
     assert as_json["duration_s"] == pytest.approx(run["finished_at"] - run["started_at"], abs=0.01)
