@@ -403,6 +403,10 @@ def control(
         raise click.ClickException("retry needs a JOB")
     if tier and action != "retry":
         raise click.ClickException("--tier goes with retry")
+    if action != "retry" and run_row["state"] in ENDED_RUN_STATES and not engine_alive(run_row):
+        # nothing runs to pause, resume or cancel, and a resume must not find it queued
+        raise click.ClickException(f"{action}: run {run_row['id']} has {run_row['state']}; there is nothing to {action}"
+                                   " (a job or a tier can still be retried)")
     if tier and job is not None and (never := _tier_never_ran(reader, run_row, job, tier)) is not None:
         record_refused(_db(db_path), run_row["id"], action, never, job_id=job["id"], tier=tier)
         click.echo(f"{action} job {job['key']} tier {tier}: rejected — {never}")
@@ -425,6 +429,10 @@ def control(
             return
         time.sleep(0.1)
     console.print(f"{action} {target}: sent, not yet acknowledged")
+
+
+ENDED_RUN_STATES = frozenset({"finished", "cancelled"})
+"""A run in one of these states is over for good (an interrupted one can still be resumed)."""
 
 
 def _tier_never_ran(reader: StoreReader, run_row: dict[str, Any], job: dict[str, Any], tier: str) -> str | None:

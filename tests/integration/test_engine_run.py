@@ -98,6 +98,11 @@ def test_run_records_jobs_attempts_events_and_raw_logs(tmp_path, cli_env):
     assert "one/a" in shown.stdout and "two/a" in shown.stdout and "done" in shown.stdout
     listed = resenv("runs", env=cli_env, cwd=tmp_path)
     assert run["id"] in listed.stdout and "finished" in listed.stdout
+    for action in ("pause", "resume", "cancel"):  # a finished run: nothing to control, nothing queued
+        refused = resenv("control", action, run["id"], env=cli_env, cwd=tmp_path)
+        assert refused.returncode == 1 and f"run {run['id']} has finished" in refused.stderr, refused
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert db_rows(db, "SELECT COUNT(*) AS n FROM controls WHERE run_id = ?", (run["id"],))[0]["n"] == 0
     wrong = resenv("report", "--figure", str(tmp_path / "x.jpg"), env=cli_env, cwd=tmp_path)
     assert wrong.returncode == 2 and wrong.stdout == "" and "must end in .png or .svg" in wrong.stderr
     assert not (tmp_path / "x.jpg").exists()
