@@ -33,6 +33,7 @@ from .scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, n
 from .scorings import header as scoring_header
 from .omitted import omitted_text
 from .outcomes import errors_text
+from .wording import counted
 from .views import error_counts, job_rows, omitted_output, tier_glyphs
 
 # Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns.
@@ -238,8 +239,8 @@ def validate(benchmark: Path) -> None:
     """Check a benchmark file; print every error with its line and field."""
     bench = load_for_cli(benchmark)
     repos = sum(len(suite.repos) for suite in bench.suites.values())
-    console.print(f"{benchmark}: ok ({len(bench.suites)} suites, {repos} repo tasks, "
-                  f"{len(bench.agents)} agents, {len(bench.hosts)} hosts)")
+    console.print(f"{benchmark}: ok ({counted(len(bench.suites), 'suite')}, {counted(repos, 'repo task')}, "
+                  f"{counted(len(bench.agents), 'agent')}, {counted(len(bench.hosts), 'host')})")
 
 
 @main.command("runs")

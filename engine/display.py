@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from .lifecycle import AttemptOutcome
+from .wording import counted
 
 STATE_STYLE = {"done": "green", "error": "yellow", "cancelled": "dim"}
 
@@ -32,7 +33,7 @@ class PlainDisplay:
         self.task_id: Any = None
 
     def started(self, run_id: str, total: int, db: Path, data_dir: Path) -> None:
-        self.console.print(f"run {run_id}: {total} jobs")
+        self.console.print(f"run {run_id}: {counted(total, 'job')}")
         self.console.print(f"  db:   {db}")
         self.console.print(f"  data: {data_dir}")
         if self.console.is_terminal:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .runs import RunPlan
 from .spec import TIER_CODES, Benchmark, Entrypoint
+from .wording import counted
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,9 @@ def plan_jobs(bench: Benchmark, plan: RunPlan) -> list[PlannedJob]:
 
 
 def render_plan(plan: RunPlan, jobs: list[PlannedJob]) -> str:
-    lines = [f"dry run: suite {plan.suite} · {len({j.repo for j in jobs})} repos × {len(plan.agents)} agents"
-             f" = {len(jobs)} jobs · hosts {', '.join(plan.hosts)} · tiers {','.join(plan.tiers) or 'none'}"]
+    lines = [f"dry run: suite {plan.suite} · {counted(len({j.repo for j in jobs}), 'repo')} × "
+             f"{counted(len(plan.agents), 'agent')} = {counted(len(jobs), 'job')} · hosts {', '.join(plan.hosts)}"
+             f" · tiers {','.join(plan.tiers) or 'none'}"]
     for job in jobs:
         lines.append(f"{job.key}  tiers {','.join(job.tiers) or '-'}  gpus {job.gpus}  "
                      f"assets {', '.join(job.assets) or 'none declared'}  source {job.source}")

@@ -27,7 +27,7 @@ def test_dry_run_respects_repo_and_tier_filters(tmp_path: Path, cli_env: dict[st
     done = resenv("run", str(REPO_ROOT / "benchmark.yaml"), "--suite", "paper", "--dry-run",
                   "--repo", "T-GATE", "--tiers", "C1,C3", env=cli_env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "1 repos × 1 agents = 1 jobs" in done.stdout
+    assert "1 repo × 1 agent = 1 job" in done.stdout
     assert "T-GATE/baseline  tiers C3  gpus 1" in done.stdout
     assert "jobs per tier: C1 0  C3 1" in done.stdout
     assert not Path(cli_env["RESENV_DB"]).exists()
