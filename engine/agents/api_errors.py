@@ -91,12 +91,20 @@ def codex_failure(message: str) -> tuple[str, int | None] | None:
     return None
 
 
+def category_of(kind: str) -> str:
+    """``model_api`` for what the hosted side causes, ``model_request`` for the agent's own request."""
+    return "model_api" if kind in INFRA_KINDS else "model_request"
+
+
 def api_error(kind: str, status: int | None, message: str, *, retry: bool, fatal: bool, **extra: Any) -> dict[str, Any]:
-    """A normalized ``error`` event for a model-API failure (``model_request`` when the agent's own
-    request was at fault, see the module doc)."""
-    category = "model_api" if kind in INFRA_KINDS else "model_request"
-    return {"type": "error", "category": category, "api_kind": kind, "status": status, "retry": retry,
+    """A normalized ``error`` event for a model-API failure (see the module doc for its category)."""
+    return {"type": "error", "category": category_of(kind), "api_kind": kind, "status": status, "retry": retry,
             "fatal": fatal, "message": message[:2000], **extra}
+
+
+def completion_failure(kind: str, status: int | None, message: str) -> dict[str, Any]:
+    """The ``api_error`` a completion carries when the agent ended on a model-API failure."""
+    return {"api_kind": kind, "status": status, "message": message[:2000], "category": category_of(kind)}
 
 
 def hopeless(event: dict[str, Any]) -> bool:
@@ -113,5 +121,5 @@ def describe(event: dict[str, Any]) -> str:
     return f"model API {kind}" + (f" (HTTP {status})" if status else "") + (f": {message}" if message else "")
 
 
-__all__ = ["HOPELESS_STATUSES", "INFRA_KINDS", "KINDS", "api_error", "claude_kind", "codex_failure", "describe", "hopeless",
-           "kind_of_status"]
+__all__ = ["HOPELESS_STATUSES", "INFRA_KINDS", "KINDS", "api_error", "category_of", "claude_kind", "codex_failure",
+           "completion_failure", "describe", "hopeless", "kind_of_status"]

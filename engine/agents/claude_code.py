@@ -56,7 +56,7 @@ from .transcript import (
     tail,
     unknown,
 )
-from .api_errors import INFRA_KINDS, api_error, claude_kind
+from .api_errors import api_error, claude_kind, completion_failure
 from .usage import from_anthropic, from_claude_model_usage
 
 _EXIT_CODE = re.compile(r"^(?:Error: )?Exit code (-?\d+)\b")
@@ -279,8 +279,7 @@ def _result(data: dict[str, Any]) -> list[dict[str, Any]]:
         status = as_int(data.get("api_error_status"))
         message = str(data.get("result") or "")
         kind = claude_kind(status, "unknown" if status is None else None, message=message)  # no status: no answer
-        event["api_error"] = {"api_kind": kind, "status": status, "message": message[:2000],
-                              "category": "model_api" if kind in INFRA_KINDS else "model_request"}
+        event["api_error"] = completion_failure(kind, status, message)
     if isinstance(data.get("errors"), list):
         event["errors"] = [str(e)[:500] for e in data["errors"][:20]]
     denials = data.get("permission_denials")

@@ -53,7 +53,7 @@ from ..spec import render
 from .base import JobPaths
 from .llm import CliAgent
 from .transcript import as_int, compact_json, head, stdout_object, tail, unknown
-from .api_errors import INFRA_KINDS, api_error, codex_failure
+from .api_errors import api_error, codex_failure, completion_failure
 from .usage import from_openai
 
 
@@ -134,8 +134,7 @@ def parse_codex_line(line: OutputLine) -> list[dict[str, Any]]:
                  "result": message[:4000]}
         failure = codex_failure(message)
         if failure is not None:
-            event["api_error"] = {"api_kind": failure[0], "status": failure[1], "message": message[:2000],
-                                  "category": "model_api" if failure[0] in INFRA_KINDS else "model_request"}
+            event["api_error"] = completion_failure(failure[0], failure[1], message)
         return [event]
     if kind == "error":
         return [_error(str(data.get("message") or ""))]

@@ -290,7 +290,10 @@ class OutputSink:
         self.redactor = registry().stream()
 
     def write(self, chunk: bytes) -> None:
-        chunk = self.redactor.feed(chunk)
+        self._out(self.redactor.feed(chunk))
+
+    def _out(self, chunk: bytes) -> None:
+        """Redacted bytes to the file, then to the line splitter."""
         if not chunk:
             return
         self.f.write(chunk)
@@ -300,12 +303,7 @@ class OutputSink:
 
     def close(self) -> None:
         """End of stream: write what the redactor held back, deliver the last unterminated line."""
-        rest = self.redactor.flush()
-        if rest:
-            self.f.write(rest)
-            self.f.flush()
-            if self.splitter is not None:
-                self._deliver(self.splitter.feed(rest))
+        self._out(self.redactor.flush())
         if self.splitter is not None:
             self._deliver(self.splitter.flush())
 

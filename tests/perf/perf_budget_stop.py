@@ -23,32 +23,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import sqlite3
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import _perfutil as pu
 
-from tests.conftest import cli_environ, resenv, write_benchmark
+from tests.conftest import cli_environ, resenv, rows, write_benchmark
 from tests.fakes.scripted_model import Script, ScriptedModel
 from tests.fakes.scripts import PLANTED_KEY, REPO_FILES, SCENARIOS
 from tests.integration.test_agents_e2e import CLAUDE, CODEX, OPENAI_KEY, agents_block
 
 NAME = "perf_budget_stop"
 SPEEDS = {"instant": "setup", "1s": "slow-setup"}
-
-
-def rows(db: Path, sql: str, params: tuple = ()) -> list[dict[str, Any]]:
-    conn = sqlite3.connect(db)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(row) for row in conn.execute(sql, params)]
-    finally:
-        conn.close()
 
 
 def one_round(root: Path, scenario: str) -> dict[str, dict[str, Any]]:
