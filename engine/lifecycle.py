@@ -421,9 +421,10 @@ class JobAttempt:
             "phase": phase, "log": log_name, "returncode": result.returncode, "timed_out": result.timed_out,
             "killed": result.killed, "seconds": round(result.active_s, 4),
         })
-        # The sandbox redacted the output as it streamed; a Slurm job on a shared file system writes its
-        # raw files itself, so they are redacted here, before excerpts are taken (cheap without secrets).
-        redact_files(result.stdout_path, result.stderr_path)
+        if not getattr(self.sandbox, "output_redacted", False):
+            # A sandbox whose job writes its raw files itself (Slurm on a shared file system): redacted
+            # here, before excerpts are taken. The others redacted every byte as it streamed.
+            redact_files(result.stdout_path, result.stderr_path)
         for stream, path in (("stdout", result.stdout_path), ("stderr", result.stderr_path)):
             self.index_log(log_name, stream, path)
         return result

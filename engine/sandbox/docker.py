@@ -143,6 +143,7 @@ class _DockerRun(GroupRun):
 
 class DockerSandbox:
     """One container per job attempt; see the module docstring."""
+    output_redacted = True  # its output reaches the raw files through OutputSink: redacted as it streams
 
     registry: dict[str, int] = {}  # container id -> job id, for the telemetry's process map
 

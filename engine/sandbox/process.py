@@ -208,6 +208,7 @@ class ProcessSandbox:
       as in a shell or ``docker exec``: returncode 127 / 126 and the reason on stderr.
     * ``on_line`` must not raise; if it does, the command is killed and the exception propagates.
     """
+    output_redacted = True  # its output reaches the raw files through OutputSink: redacted as it streams
 
     def __init__(
         self,

@@ -75,6 +75,7 @@ class _RemoteRun(GroupRun):
 
 class RemoteProcessSandbox:
     """A process sandbox whose commands run on an SSH host (see the module docstring)."""
+    output_redacted = True  # its output reaches the raw files through OutputSink: redacted as it streams
 
     def __init__(self, host: SshHost, workdir: Path, base_env: Mapping[str, str] | None = None,
                  term_grace_s: float = 5.0) -> None:
