@@ -8,6 +8,7 @@ import asyncio
 import codecs
 import json
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+
+from resenv.tui.serve import served_command
 
 from ..conftest import rows
 from . import fixture_db
@@ -131,6 +134,13 @@ def test_serving_that_cannot_start_is_one_line(tmp_path: Path, args: list[str], 
                                  "--port", str(port), *args], capture_output=True, text=True, timeout=PATIENCE)
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.startswith("Error: " + message.format(port=port)) and len(result.stderr.splitlines()) == 1
+
+
+def test_the_served_command_is_one_argument_per_value(tmp_path: Path) -> None:
+    db = tmp_path / HOSTILE / "store.db"
+    assert shlex.split(served_command(db, RUN, writable=False)) == [
+        sys.executable, "-m", "resenv.tui", "--db", str(db), RUN, "--readonly"]
+    assert shlex.split(served_command(db, RUN, writable=True))[-1] == RUN
 
 
 def test_serve_flags_belong_together(tmp_path: Path) -> None:
