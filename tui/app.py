@@ -1,6 +1,7 @@
 """resenv-tui: the live supervision dashboard (Textual).
 
     resenv-tui [--db PATH] [RUN] [--readonly]     attach to any run in a store, live or finished
+    resenv-tui --serve [--host H] [--port N] [--writable] [--db PATH] [RUN]   the same in a browser
     resenv run --display tui                      run the engine in a thread and watch it here
 
 This module stays light: it starts reading the store in the background before it imports Textual
@@ -70,13 +71,32 @@ def run_with_engine(db_path: Path, run_id: str, *, jobs_limit: int | None = None
 @click.option("--db", "db_path", type=click.Path(path_type=Path), default=None,
               help="SQLite store (default: $RESENV_DB or the user data dir).")
 @click.option("--readonly", is_flag=True, help="Watch only: pause, resume, retry and cancel are refused.")
-def main(run_ref: str, db_path: Path | None, readonly: bool) -> None:
+@click.option("--serve", is_flag=True,
+              help="Serve the dashboard to browsers (textual-serve): read-only unless --writable, loopback by default.")
+@click.option("--host", default=None, metavar="HOST", help="With --serve: the address to bind (default: 127.0.0.1).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="With --serve: the port (default: 8000).")
+@click.option("--writable", is_flag=True, help="With --serve: browsers may pause, resume, retry and cancel.")
+def main(run_ref: str, db_path: Path | None, readonly: bool, serve: bool, host: str | None, port: int | None,
+         writable: bool) -> None:
     """Attach the live dashboard to a run (default: the latest), live or finished."""
+    if not serve and (host is not None or port is not None or writable):
+        raise click.UsageError("--host, --port and --writable go with --serve")
+    if readonly and writable:
+        raise click.UsageError("--readonly and --writable contradict each other")
     db = absolute(db_path) if db_path else default_db()
     try:
         run = resolve_run(db, run_ref)
     except (FeedError, OSError) as error:
         raise click.ClickException(str(error)) from error
+    if serve:
+        from . import serve as served
+
+        try:
+            served.serve(db, run["id"], host=host or served.DEFAULT_HOST, port=port or served.DEFAULT_PORT,
+                         writable=writable)
+        except served.ServeError as error:
+            raise click.ClickException(str(error)) from error
+        return
     feed, poller = RunFeed(db, run["id"]), Poller()
     poller.add(feed)
     poller.start()  # the store loads while Textual is imported and starts

@@ -104,7 +104,7 @@ def test_run_records_jobs_attempts_events_and_raw_logs(tmp_path, cli_env):
         assert len(refused.stderr.strip().splitlines()) == 1
     assert db_rows(db, "SELECT COUNT(*) AS n FROM controls WHERE run_id = ?", (run["id"],))[0]["n"] == 0
     wrong = resenv("report", "--figure", str(tmp_path / "x.jpg"), env=cli_env, cwd=tmp_path)
-    assert wrong.returncode == 2 and wrong.stdout == "" and "must end in .png or .svg" in wrong.stderr
+    assert wrong.returncode == 2 and wrong.stdout == "" and "must end in .png, .svg or .pdf" in wrong.stderr
     assert not (tmp_path / "x.jpg").exists()
     [as_json] = json.loads(resenv("runs", "--json", env=cli_env, cwd=tmp_path).stdout)
     assert (as_json["id"], as_json["state"], as_json["jobs"], as_json["jobs_by_state"]) == (run["id"], "finished", 2, {"done": 2})
