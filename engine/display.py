@@ -88,7 +88,7 @@ class JobWatch:
     phase_since: float = 0.0
     last_line_at: float = 0.0
     last_output: str | None = None
-    tiers: dict[str, str] = field(default_factory=dict)
+    tiers: dict[str, str | None] = field(default_factory=dict)
 
 
 class PlainDisplay:
@@ -139,7 +139,10 @@ class PlainDisplay:
         """The run's end is recorded: print what is left of its events, then the summary."""
         self.close()
         if self.tail is not None:
-            self.tail.poll()
+            try:
+                self.tail.poll()
+            except sqlite3.Error:  # what is left of the lines; the summary below says how the run went
+                pass
             self.tail.close()
         if self.progress is not None:
             self.progress.stop()
@@ -175,6 +178,9 @@ class PlainDisplay:
                 self.tail.poll()
             except sqlite3.Error:  # the store is busy or failing: the engine says so; try again
                 continue
+            except Exception as error:  # a fault of the display must never stop the run: say it, stop here
+                self.say(f"progress lines stopped: {type(error).__name__}: {error} (the run goes on; see the summary)")
+                return
 
 
 class StoreTail:
@@ -281,7 +287,7 @@ class StoreTail:
         """A job's end (its state, category, reason and tier glyphs), or an attempt that goes again."""
         attempt_id = max((a for a, (job, _) in self.attempts.items() if job == job_id), default=None)
         watch = self.watching.pop(attempt_id, None) if attempt_id is not None else None
-        state, reason = data.get("state"), data.get("reason")
+        state, reason = str(data.get("state")), data.get("reason")
         outcome = state_text(data.get("attempt_state") or state, data.get("category"))
         why = f" ({reason})" if reason else ""
         if state in FINISHED:

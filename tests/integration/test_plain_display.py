@@ -4,6 +4,8 @@ error included), heartbeats in long phases, and a closing summary whose numbers 
 from __future__ import annotations
 
 import json
+import os
+import pty
 import re
 import signal
 import subprocess
@@ -109,3 +111,59 @@ def test_heartbeat_in_a_long_phase_then_the_interrupted_summary(tmp_path, cli_en
     run_id = rows(Path(cli_env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
     assert f"run {run_id} interrupted in " in out
     assert f"  resenv run --resume {run_id} " in out
+
+
+def test_on_a_terminal_a_progress_bar_stays_under_the_lines(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}, "two": {"main.py": "print('ok')\n"}},
+                            AGENT)
+    leader, follower = pty.openpty()
+    engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1", "--display", "plain"],
+                              env={**cli_env, "COLUMNS": "120", "TERM": "xterm"}, cwd=tmp_path, stdin=follower,
+                              stdout=follower, stderr=follower)
+    os.close(follower)
+    seen = bytearray()
+    try:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal's other side closed: the run has ended
+                break
+            if not chunk:
+                break
+            seen += chunk
+    finally:
+        os.close(leader)
+        engine.wait(timeout=120)
+    assert engine.returncode == 0, seen.decode(errors="replace")
+    out = seen.decode(errors="replace")
+    run_id = rows(Path(cli_env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
+    assert f"{run_id} · 2 running" in out or f"{run_id} · 1 running" in out  # the bar counts what runs now
+    assert "2/2" in out and "\x1b[" in out
+    assert "one/a  ▸ agent" in out and "two/a  C1 ✓ pass" in out
+    assert f"run {run_id} finished in " in out and f"resenv show {run_id}" in out
+
+
+def test_a_cancelled_run_ends_with_its_summary_and_how_to_run_the_job_again(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}}, SLOW)
+    engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1", "--display", "plain"], env=cli_env,
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(iter(engine.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: "one/a  ▸ agent\n" in seen)
+        run_id = rows(Path(cli_env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
+        cancelled = resenv("control", "cancel", run_id, env=cli_env, cwd=tmp_path)
+        assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+        engine.wait(timeout=60)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+    reader.join(timeout=10)
+    assert engine.returncode == 0
+    assert "one/a  cancelled (cancelled by operator)\n" in seen
+    assert any(line.startswith(f"run {run_id} cancelled in ") for line in seen)
+    assert "not finished: 1 job\n" in seen and "  one/a: cancelled (cancelled by operator)\n" in seen
+    assert any(line.startswith(f"  resenv control retry {run_id} one/a ") for line in seen)
+    assert any(line.startswith(f"  resenv run --resume {run_id} ") for line in seen)
