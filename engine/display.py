@@ -33,6 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from ..tui.data import format_event  # the dashboard's readable transcript lines (no Textual)
 from .lifecycle import AttemptOutcome
 from .outcomes import state_text
 from .store import StoreError, connect
@@ -76,6 +77,15 @@ def shorten(text: str, width: int) -> str:
     if text[width - 1] != " " and space >= width // 2:  # not mid-word, unless the word is most of it
         cut = cut[:space]
     return cut.rstrip() + "…"
+
+
+def readable(kind: str, data: dict[str, Any]) -> str | None:
+    """An output event as the line a person reads: a command's line as it is; an agent's event as the
+    dashboard's transcript shows it (`$ pip install numpy`, `› [verify] importing …`), its last line."""
+    if kind == "output":
+        return data.get("text")
+    shown = format_event(kind, data)
+    return shown[-1].strip().removeprefix("│").strip() or None if shown else None
 
 
 @dataclass
@@ -224,12 +234,12 @@ class StoreTail:
         for _, show in sorted(items, key=lambda item: item[0]):  # stable: events keep their order
             show()
         for row in self.conn.execute(  # after the lines: an attempt that just started is watched
-            "SELECT e.attempt_id, json_extract(e.data, '$.text') AS text FROM events e JOIN"
+            "SELECT e.attempt_id, e.kind, e.data FROM events e JOIN"
             " (SELECT attempt_id, MAX(id) AS id FROM events WHERE run_id = ? AND id > ? AND id <= ?"
             "  AND kind IN ('output', 'transcript') GROUP BY attempt_id) latest ON latest.id = e.id",
             (self.run_id, self.last_event, upto)):
             if (watch := self.watching.get(row["attempt_id"])) is not None:
-                watch.last_output = row["text"]
+                watch.last_output = readable(row["kind"], json.loads(row["data"])) or watch.last_output
         self.last_event = upto
         self._heartbeats(time.time() if now is None else now)
         counts = dict(self.conn.execute("SELECT state, COUNT(*) FROM jobs WHERE run_id = ? GROUP BY state",

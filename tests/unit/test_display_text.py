@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from resenv.engine.display import HEARTBEAT_S, heartbeat_interval, shorten
+from resenv.engine.display import HEARTBEAT_S, heartbeat_interval, readable, shorten
 from resenv.engine.wording import duration
 
 LINE = "Collecting torch==2.1.0 from the pinned requirements of this repository"
@@ -47,3 +47,12 @@ def test_a_bad_heartbeat_interval_is_named_in_one_line(monkeypatch, value: str) 
     seconds, problem = heartbeat_interval()
     assert seconds == HEARTBEAT_S
     assert problem == f"RESENV_HEARTBEAT_S={value!r} is not a positive number of seconds: heartbeats every 30 s"
+
+
+def test_the_last_output_line_reads_as_the_dashboard_shows_it() -> None:
+    assert readable("output", {"log": "C1-3", "stream": "stdout", "text": "loss 0.09"}) == "loss 0.09"
+    assert readable("transcript", {"log": "agent", "text": "tick 3"}) == "tick 3"
+    call = {"type": "tool_call", "name": "shell", "command": ["pip", "install", "numpy"]}
+    assert readable("transcript", call) == "$ pip install numpy"
+    message = {"type": "message", "step": "verify", "text": "importing the repo's packages"}
+    assert readable("transcript", message) == "› [verify] importing the repo's packages"
