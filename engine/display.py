@@ -85,7 +85,9 @@ def readable(kind: str, data: dict[str, Any]) -> str | None:
     if kind == "output":
         return data.get("text")
     shown = format_event(kind, data)
-    return shown[-1].strip().removeprefix("│").strip() or None if shown else None
+    if not shown:
+        return None
+    return shown[-1].strip().removeprefix("│").strip() or None
 
 
 @dataclass
@@ -107,8 +109,9 @@ class PlainDisplay:
     def __init__(self, console: Console | None = None, *, heartbeat_s: float | None = None,
                  poll_s: float = POLL_S) -> None:
         self.console = console or Console(file=sys.stdout, highlight=False)
-        self.heartbeat_s, self.heartbeat_problem = (heartbeat_s, None) if heartbeat_s is not None \
-            else heartbeat_interval()
+        self.heartbeat_s, self.heartbeat_problem = heartbeat_interval()
+        if heartbeat_s is not None:
+            self.heartbeat_s, self.heartbeat_problem = heartbeat_s, None
         self.poll_s = poll_s
         self.progress: Progress | None = None
         self.task_id: Any = None
