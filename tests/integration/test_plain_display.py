@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 from ..conftest import RESENV, resenv, rows, wait_for, write_benchmark
@@ -167,3 +168,51 @@ def test_a_cancelled_run_ends_with_its_summary_and_how_to_run_the_job_again(tmp_
     assert "not finished: 1 job\n" in seen and "  one/a: cancelled (cancelled by operator)\n" in seen
     assert any(line.startswith(f"  resenv control retry {run_id} one/a ") for line in seen)
     assert any(line.startswith(f"  resenv run --resume {run_id} ") for line in seen)
+
+
+def test_the_dashboard_of_resenv_run_leaves_the_summary_on_the_terminal(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}}, AGENT)
+    leader, follower = pty.openpty()
+    engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1"],  # a terminal: the dashboard
+                              env={**cli_env, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}, cwd=tmp_path,
+                              stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    seen = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal's other side closed: the command has ended
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    db = Path(cli_env["RESENV_DB"])
+    try:
+        wait_for(lambda: db.exists() and rows(db, "SELECT state FROM runs")[0]["state"] == "finished", timeout=120)
+        deadline = time.monotonic() + 60
+        while engine.poll() is None and time.monotonic() < deadline:
+            # Quit the dashboard once it listens. Until the engine thread has ended, `q` asks whether to
+            # stop the run: `n` answers no, and the next round asks again.
+            os.write(leader, b"nq")
+            try:
+                engine.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+        engine.wait(timeout=30)
+        reader.join(timeout=10)
+        os.close(leader)
+    assert engine.returncode == 0, seen.decode(errors="replace")[-3000:]
+    out = seen.decode(errors="replace")
+    run_id = rows(db, "SELECT id FROM runs")[0]["id"]
+    assert "\x1b[?1049h" in out  # the dashboard had the terminal's alternate screen
+    tail = out[out.rindex(f"run {run_id} finished in "):]
+    assert "  a (1 job): C0 0/0 (imports —)  C1 1/1 (100.0%)" in tail
+    assert f"resenv show {run_id}" in tail and f"store:    {db}" in tail
