@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from ..conftest import RESENV, resenv, rows, wait_for, write_benchmark
+from .test_controls import gated_agent, open_gate
 from .test_error_jobs import AGENT, REPO, broken_upstream
 
 MISSING_MODULE = "import resenv_no_such_module\n"
@@ -115,32 +116,46 @@ def test_heartbeat_in_a_long_phase_then_the_interrupted_summary(tmp_path, cli_en
 
 
 def test_on_a_terminal_a_progress_bar_stays_under_the_lines(tmp_path, cli_env):
+    gates = tmp_path / "gates"
+    gates.mkdir()
     bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}, "two": {"main.py": "print('ok')\n"}},
-                            AGENT)
+                            gated_agent(gates), expose=(gates,))
     leader, follower = pty.openpty()
     engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1", "--display", "plain"],
                               env={**cli_env, "COLUMNS": "120", "TERM": "xterm"}, cwd=tmp_path, stdin=follower,
                               stdout=follower, stderr=follower)
     os.close(follower)
     seen = bytearray()
-    try:
+
+    def read() -> None:
         while True:
             try:
                 chunk = os.read(leader, 65536)
             except OSError:  # the terminal's other side closed: the run has ended
-                break
+                return
             if not chunk:
-                break
-            seen += chunk
-    finally:
-        os.close(leader)
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        # While both agents wait at their gates the bar says so; then one finishes, then the other.
+        wait_for(lambda: re.search(r"\d{8}-\d{6}-\w+ · 2 running.*0/2", bytes(seen).decode(errors="replace")))
+        open_gate(gates, "one/a")
+        wait_for(lambda: re.search(r"· 1 running.*1/2", bytes(seen).decode(errors="replace")))
+        open_gate(gates, "two/a")
         engine.wait(timeout=120)
-    assert engine.returncode == 0, seen.decode(errors="replace")
-    out = seen.decode(errors="replace")
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+        reader.join(timeout=10)
+        os.close(leader)
+    out = bytes(seen).decode(errors="replace")
+    assert engine.returncode == 0, out[-3000:]
     run_id = rows(Path(cli_env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
-    assert f"{run_id} · 2 running" in out or f"{run_id} · 1 running" in out  # the bar counts what runs now
-    assert "2/2" in out and "\x1b[" in out
-    assert "one/a  ▸ agent" in out and "two/a  C1 ✓ pass" in out
+    assert "\x1b[" in out and "one/a  ▸ agent" in out and "two/a  done  C0–C5" in out
     assert f"run {run_id} finished in " in out and f"resenv show {run_id}" in out
 
 
