@@ -14,7 +14,7 @@ from typing import Any
 
 from .lifecycle import attempt_dir
 from .outcomes import errors_text, state_text
-from .scoring import HALLUCINATION_KINDS, PYRAMID, agent_table, score_run
+from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, agent_table, score_run
 from .store import StoreReader
 from .views import TIERS, job_rows
 from .wording import counted, duration
@@ -42,7 +42,7 @@ def summary_lines(db: Path, run_id: str) -> list[str]:
     return lines
 
 
-def _pyramid(scores: Any) -> list[str]:
+def _pyramid(scores: RunScores) -> list[str]:
     """Per agent: C0–C4 as passed/judged (what `report` prints), C5's hallucinations and unusable
     reports, and the jobs that ended in error by category (outside the denominators when infra)."""
     header, table = agent_table(scores)

@@ -92,7 +92,9 @@ def test_heartbeat_in_a_long_phase_then_the_interrupted_summary(tmp_path, cli_en
     engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1", "--display", "plain"], env=env,
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: list[str] = []
-    reader = threading.Thread(target=lambda: seen.extend(iter(engine.stdout.readline, "")), daemon=True)
+    stdout = engine.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: seen.extend(iter(stdout.readline, "")), daemon=True)
     reader.start()
     try:
         beat = wait_for(lambda: next((line for line in seen if "collecting" in line and "  … agent " in line), None))
@@ -164,7 +166,9 @@ def test_a_cancelled_run_ends_with_its_summary_and_how_to_run_the_job_again(tmp_
     engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1", "--display", "plain"], env=cli_env,
                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen: list[str] = []
-    reader = threading.Thread(target=lambda: seen.extend(iter(engine.stdout.readline, "")), daemon=True)
+    stdout = engine.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: seen.extend(iter(stdout.readline, "")), daemon=True)
     reader.start()
     try:
         wait_for(lambda: "one/a  ▸ agent\n" in seen)
