@@ -18,6 +18,7 @@ from rich.table import Table
 from . import __version__
 from .controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
 from .display import NoDisplay, PlainDisplay
+from .summary import summary_lines
 from .cliload import load_for_cli
 from .paths import absolute, default_data_dir, default_db
 from .runs import RunPlan, create_run
@@ -126,7 +127,8 @@ def main() -> None:
 @click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Where raw logs and work dirs go.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="Jobs at once (default: defaults.concurrency).")
 @click.option("--display", type=click.Choice(["tui", "plain", "none"]), default=None,
-              help="tui: the live dashboard (default on a terminal); plain: one line per job (default elsewhere).")
+              help="tui: the live dashboard (default on a terminal); plain: a line per phase, tier verdict and "
+                   "attempt end, then a summary (default elsewhere).")
 @click.option("--resume", "resume_id", metavar="RUN", help="Resume an interrupted run instead of starting one.")
 @click.option("--name", help="A name for the run.")
 @click.option("--tiers", "tiers_text", default="all", show_default=True, metavar="LIST",
@@ -183,9 +185,16 @@ def run(
             from ..tui.app import run_with_engine  # Textual loads only when the dashboard is wanted
 
             state = run_with_engine(db, run_id, jobs_limit=jobs)
+            if state is not None:  # the dashboard is gone: the run's result stays on the terminal
+                for line in summary_lines(db, run_id):
+                    click.echo(line)
         else:
             shown = PlainDisplay() if display == "plain" else NoDisplay()
-            state = asyncio.run(Engine(db, run_id, shown, jobs_limit=jobs).execute())
+            try:
+                state = asyncio.run(Engine(db, run_id, shown, jobs_limit=jobs).execute())
+            finally:
+                if isinstance(shown, PlainDisplay):
+                    shown.close()  # an engine that raised never said `finished`
     except EngineBusy as error:
         raise click.ClickException(str(error)) from error
     if state == "interrupted":

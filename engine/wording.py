@@ -1,4 +1,5 @@
-"""Counts in prose: ``1 job``, ``2 jobs``. One function, so no message says "1 jobs"."""
+"""Counts and durations in prose: ``1 job``, ``2 jobs``, ``8m05s``. One function each, so no message
+says "1 jobs" and every line of a run's progress reads a time the same way."""
 
 from __future__ import annotations
 
@@ -9,4 +10,14 @@ def counted(n: int, noun: str, plural: str | None = None) -> str:
     return f"{n} {plural or noun + 's'}"
 
 
-__all__ = ["counted"]
+def duration(seconds: float) -> str:
+    """A length of time as a person reads it: ``42s``, ``8m05s``, ``2h03m``."""
+    whole = int(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+
+
+__all__ = ["counted", "duration"]

@@ -58,7 +58,7 @@ def test_run_records_jobs_attempts_events_and_raw_logs(tmp_path, cli_env):
     )
     done = resenv("run", str(bench), "--display", "plain", env=cli_env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "one/a: done" in done.stdout and "two/a: done" in done.stdout
+    assert "one/a  done  C0–C5 ✗  ✗  –  –  –  ✗" in done.stdout and "two/a  done  C0–C5" in done.stdout
     db = Path(cli_env["RESENV_DB"])
     reader = StoreReader(db)
     run = reader.resolve_run("latest")

@@ -1,0 +1,112 @@
+"""The closing summary of `resenv run`: how the run went, where its records are, what to type next.
+
+Every number here is read from the scores `resenv report` prints (engine/scoring.py `score_run`
+and `agent_table`) and the job rows `resenv show` prints (engine/views.py `job_rows`), never
+computed a second way: the summary of a run and its report cannot disagree. It reads the store
+after the engine has recorded the run's end, so an interrupted or cancelled run gets one too.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from .lifecycle import attempt_dir
+from .outcomes import errors_text, state_text
+from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, agent_table, score_run
+from .store import StoreReader
+from .views import TIERS, job_rows
+from .wording import counted, duration
+
+
+def summary_lines(db: Path, run_id: str) -> list[str]:
+    """The summary of run `run_id` as plain lines (no markup), from its latest scoring."""
+    reader = StoreReader(db)
+    try:
+        run = reader.run(run_id)
+        assert run is not None
+        scores = score_run(reader, run_id)
+        rows = job_rows(reader, run_id, scores.scoring)
+    finally:
+        reader.close()
+    states = Counter(row["state"] for row in rows)
+    took = duration(run["finished_at"] - run["started_at"]) if run["started_at"] and run["finished_at"] else "—"
+    lines = [f"run {run_id} {run['state']} in {took}: {counted(len(rows), 'job')} ("
+             + ", ".join(f"{n} {state}" for state, n in sorted(states.items())) + ")"]
+    lines += scores.header_lines()
+    lines += _pyramid(scores)
+    lines += _failures(rows, scores.repos, Path(run["data_dir"]))
+    lines += [f"store:    {db}", f"raw logs: {Path(run['data_dir']) / 'jobs'}/<repo>--<agent>/attempt-<n>/logs/"]
+    lines += _next_steps(run_id, run["state"], rows)
+    return lines
+
+
+def _pyramid(scores: RunScores) -> list[str]:
+    """Per agent: C0–C4 as passed/judged (what `report` prints), C5's hallucinations and unusable
+    reports, and the jobs that ended in error by category (outside the denominators when infra)."""
+    header, table = agent_table(scores)
+    lines = ["pyramid (passed/judged; skips and infrastructure errors are outside the denominators):"]
+    for score, cells in zip(scores.agents.values(), table):
+        cell = dict(zip(header, cells))
+        c0 = score.tiers["C0"]
+        parts = [f"C0 {c0.text()} (imports {cell['C0 paper']})", *(f"{tier} {cell[tier]}" for tier in PYRAMID[1:])]
+        lines.append(f"  {score.agent} ({counted(score.jobs, 'job')}): " + "  ".join(parts))
+        c5 = ", ".join(f"{cell['C5 ' + kind]} {kind}" for kind in HALLUCINATION_KINDS)
+        lines.append(f"    C5 hallucinations: {c5}; no/invalid report: {cell['no/invalid report']}")
+        if score.errors:
+            lines.append(f"    ended in error: {errors_text(score.errors)}")
+    return lines
+
+
+def _failures(rows: list[dict[str, Any]], verdicts: list[dict[str, Any]], data_dir: Path) -> list[str]:
+    """Tier failures and error jobs by category, then each job that has one (with its raw logs), and
+    the jobs that did not finish. `verdicts` are the scores' rows (`RunScores.repos`), one per job
+    in the order of `rows`."""
+    by_category: Counter[str] = Counter()
+    failed: list[str] = []
+    unfinished: list[str] = []
+    for row, judged in zip(rows, verdicts, strict=True):
+        bad = []
+        for tier in TIERS:
+            found = judged[tier]
+            if found is not None and found["status"] in ("fail", "error"):
+                verdict = "/".join(filter(None, (found["status"], found["category"])))
+                by_category[verdict] += 1
+                bad.append(f"{tier} {verdict}")
+        reason = f" ({row['reason']})" if row["reason"] else ""
+        if row["state"] not in ("done", "error"):
+            unfinished.append(f"  {row['key']}: {row['state']}{reason}")
+            continue
+        if row["state"] == "error":
+            by_category[state_text("error", row["category"] or "uncategorized")] += 1
+        elif not bad:
+            continue
+        logs = attempt_dir(data_dir, row["repo_id"], row["agent"], max(row["attempts"], 1)) / "logs"
+        what = ", ".join([state_text(row["state"], row["category"]), *bad])
+        failed.append(f"  {row['key']}: {what}{reason}; logs {logs}")
+    lines = [f"failures by category: {_tally(by_category)}", *failed] if failed else ["failures: none"]
+    if unfinished:
+        lines += [f"not finished: {counted(len(unfinished), 'job')}", *unfinished]
+    return lines
+
+
+def _tally(counts: Counter[str]) -> str:
+    """``2 fail/runtime, 1 error/infra``: the most frequent first."""
+    return ", ".join(f"{n} {what}" for what, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+
+def _next_steps(run_id: str, state: str, rows: list[dict[str, Any]]) -> list[str]:
+    steps: list[tuple[str, str]] = []
+    if state == "interrupted":
+        steps.append((f"resenv run --resume {run_id}", "finish it: the interrupted jobs run again"))
+    elif state == "cancelled":
+        stopped = [row["key"] for row in rows if row["state"] == "cancelled"]
+        if stopped:
+            steps += [(f"resenv control retry {run_id} {stopped[0]}", "queue a cancelled job again (each one)"),
+                      (f"resenv run --resume {run_id}", "then run what is queued")]
+    steps += [(f"resenv show {run_id}", "every job, tier by tier"),
+              (f"resenv report {run_id}", "the scores (--format csv|json|latex, --figure)"),
+              (f"resenv-tui {run_id}", "the dashboard: transcripts, raw logs, controls")]
+    width = max(len(command) for command, _ in steps)
+    return ["next:", *(f"  {command.ljust(width)}  # {why}" for command, why in steps)]

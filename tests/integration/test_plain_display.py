@@ -1,0 +1,237 @@
+"""`resenv run --display plain`: a line per phase, tier verdict and attempt end (a retried attempt's
+error included), heartbeats in long phases, and a closing summary whose numbers are the report's."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from ..conftest import RESENV, resenv, rows, wait_for, write_benchmark
+from .test_controls import gated_agent, open_gate
+from .test_error_jobs import AGENT, REPO, broken_upstream
+
+MISSING_MODULE = "import resenv_no_such_module\n"
+
+
+def test_plain_run_prints_phases_verdicts_retries_and_the_reports_numbers(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}, "bad": {"main.py": MISSING_MODULE}},
+                            AGENT, retries="{infra: 1, backoff_s: 0.1}")
+    source, commit = broken_upstream(tmp_path)
+    bench.write_text(bench.read_text() + REPO % ("broken", source, commit)  # infra: retried once, then error
+                     + REPO % ("gone", tmp_path / "no-such-upstream", "1" * 40))  # error/download_failed
+    done = resenv("run", str(bench), "--tiers", "C1,C5", "--display", "plain", env=cli_env, cwd=tmp_path,
+                  timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "\x1b" not in out, "no control codes off a terminal"
+    db = Path(cli_env["RESENV_DB"])
+    run_id = rows(db, "SELECT id FROM runs")[0]["id"]
+    lines = out.splitlines()
+
+    assert "one/a  ▸ provision on local" in lines and "one/a  ▸ agent" in lines and "one/a  ▸ probes" in lines and "one/a  ▸ teardown" in lines
+    assert "one/a  C1 ✓ pass" in lines
+    [bad_c1] = rows(db, "SELECT t.status, t.category FROM tier_results t JOIN jobs j ON j.id = t.job_id"
+                        " WHERE j.key = 'bad/a' AND t.tier = 'C1'")
+    assert bad_c1["status"] == "fail" and bad_c1["category"]
+    assert f"bad/a  C1 ✗ fail/{bad_c1['category']}" in lines
+    assert "bad/a  done  C0–C5 ·  ✗  ·  ·  ·  ✓" in lines  # done, yet the line shows what failed
+
+    # The broken checkout's first attempt is retried: its error is printed whole, then the job's end.
+    first, second = rows(db, "SELECT a.reason FROM attempts a JOIN jobs j ON j.id = a.job_id"
+                             " WHERE j.key = 'broken/a' ORDER BY a.number")
+    assert "lib/util.py" in first["reason"]
+    assert f"broken/a  attempt ended error/infra ({first['reason']}); queued to run again" in lines
+    assert f"broken/a (attempt 2)  error/infra ({second['reason']})" in lines
+    gone = rows(db, "SELECT reason FROM jobs WHERE key = 'gone/a'")[0]["reason"]
+    assert f"gone/a  error/download_failed ({gone})" in lines
+
+    # The summary: the pyramid's numbers are the report's and show's, errors by category, paths, next steps.
+    report = json.loads(resenv("report", run_id, "--format", "json", env=cli_env, cwd=tmp_path).stdout)
+    tiers = report["agents"]["a"]["tiers"]
+    pyramid = next(line for line in lines if line.startswith("  a (4 jobs): "))
+    shown = {tier: (int(p), int(d)) for tier, p, d in re.findall(r"(C[0-4]) (\d+)/(\d+)", pyramid)}
+    assert shown == {tier: (tiers[tier]["passed"], tiers[tier]["denominator"]) for tier in ("C0", "C1", "C2", "C3", "C4")}
+    assert shown["C1"] == (1, 2)  # one pass, one fail; the two error jobs are outside
+    show = resenv("show", run_id, env=cli_env, cwd=tmp_path).stdout
+    errors = next(line for line in show.splitlines() if line.startswith("a: ")).removeprefix("a: ")
+    assert "    ended in error: " + errors in lines
+    assert errors == "1 infra error, outside every denominator; 1 other error (1 download_failed)"
+    found = report["agents"]["a"]["hallucinations"]
+    assert (f"    C5 hallucinations: {found.get('path', 0)} path, {found.get('version', 0)} version, "
+            f"{found.get('capability', 0)} capability; no/invalid report: 0") in lines
+    assert f"failures by category: 1 error/download_failed, 1 error/infra, 1 fail/{bad_c1['category']}" in lines
+    assert f"run {run_id} finished in " in out and "4 jobs (2 done, 2 error)" in out
+    data_dir = Path(rows(db, "SELECT data_dir FROM runs")[0]["data_dir"])
+    assert f"store:    {db}" in lines
+    assert f"  bad/a: done, C1 fail/{bad_c1['category']}; logs {data_dir / 'jobs' / 'bad--a' / 'attempt-1' / 'logs'}" in lines
+    assert (data_dir / "jobs" / "bad--a" / "attempt-1" / "logs").is_dir()
+    for command in (f"resenv show {run_id}", f"resenv report {run_id}", f"resenv-tui {run_id}"):
+        assert any(line.startswith(f"  {command} ") for line in lines), command
+    assert "--resume" not in out  # a finished run has nothing to resume
+
+
+LAST_LINE = "collecting packages for the environment of this repository at a steady pace now"
+SLOW = f"""\
+a:
+  kind: command
+  command: >-
+    echo preparing; echo {LAST_LINE}; sleep 300
+"""
+
+
+def test_heartbeat_in_a_long_phase_then_the_interrupted_summary(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}}, SLOW)
+    env = {**cli_env, "RESENV_HEARTBEAT_S": "0.5", "COLUMNS": "60"}
+    engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1", "--display", "plain"], env=env,
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+    stdout = engine.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: seen.extend(iter(stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        beat = wait_for(lambda: next((line for line in seen if "collecting" in line and "  … agent " in line), None))
+        wait_for(lambda: sum("  … agent " in line for line in seen) >= 2)  # it keeps coming
+        engine.send_signal(signal.SIGINT)
+        engine.wait(timeout=60)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+    reader.join(timeout=10)
+    assert engine.returncode == 130
+    # `one/a  … agent 1s · ` then the last output line, cut at a word boundary to the 60 columns
+    shown = re.fullmatch(r"one/a  … agent \d+s · (.+)…\n", beat)
+    assert shown is not None and len(beat.rstrip("\n")) <= 60, beat
+    assert LAST_LINE.startswith(shown[1]) and LAST_LINE[len(shown[1])] == " ", beat
+    out = "".join(seen)
+    run_id = rows(Path(cli_env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
+    assert f"run {run_id} interrupted in " in out
+    assert f"  resenv run --resume {run_id} " in out
+
+
+def test_on_a_terminal_a_progress_bar_stays_under_the_lines(tmp_path, cli_env):
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}, "two": {"main.py": "print('ok')\n"}},
+                            gated_agent(gates), expose=(gates,))
+    leader, follower = pty.openpty()
+    engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1", "--display", "plain"],
+                              env={**cli_env, "COLUMNS": "120", "TERM": "xterm"}, cwd=tmp_path, stdin=follower,
+                              stdout=follower, stderr=follower)
+    os.close(follower)
+    seen = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal's other side closed: the run has ended
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        # While both agents wait at their gates the bar says so; then one finishes, then the other.
+        wait_for(lambda: re.search(r"\d{8}-\d{6}-\w+ · 2 running.*0/2", bytes(seen).decode(errors="replace")))
+        open_gate(gates, "one/a")
+        wait_for(lambda: re.search(r"· 1 running.*1/2", bytes(seen).decode(errors="replace")))
+        open_gate(gates, "two/a")
+        engine.wait(timeout=120)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+        reader.join(timeout=10)
+        os.close(leader)
+    out = bytes(seen).decode(errors="replace")
+    assert engine.returncode == 0, out[-3000:]
+    run_id = rows(Path(cli_env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
+    assert "\x1b[" in out and "one/a  ▸ agent" in out and "two/a  done  C0–C5" in out
+    assert f"run {run_id} finished in " in out and f"resenv show {run_id}" in out
+
+
+def test_a_cancelled_run_ends_with_its_summary_and_how_to_run_the_job_again(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}}, SLOW)
+    engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1", "--display", "plain"], env=cli_env,
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+    stdout = engine.stdout
+    assert stdout is not None
+    reader = threading.Thread(target=lambda: seen.extend(iter(stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        wait_for(lambda: "one/a  ▸ agent\n" in seen)
+        run_id = rows(Path(cli_env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
+        cancelled = resenv("control", "cancel", run_id, env=cli_env, cwd=tmp_path)
+        assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+        engine.wait(timeout=60)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+    reader.join(timeout=10)
+    assert engine.returncode == 0
+    assert "one/a  cancelled (cancelled by operator)\n" in seen
+    assert any(line.startswith(f"run {run_id} cancelled in ") for line in seen)
+    assert "not finished: 1 job\n" in seen and "  one/a: cancelled (cancelled by operator)\n" in seen
+    assert any(line.startswith(f"  resenv control retry {run_id} one/a ") for line in seen)
+    assert any(line.startswith(f"  resenv run --resume {run_id} ") for line in seen)
+
+
+def test_the_dashboard_of_resenv_run_leaves_the_summary_on_the_terminal(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}}, AGENT)
+    leader, follower = pty.openpty()
+    engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1"],  # a terminal: the dashboard
+                              env={**cli_env, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}, cwd=tmp_path,
+                              stdin=follower, stdout=follower, stderr=follower)
+    os.close(follower)
+    seen = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal's other side closed: the command has ended
+                return
+            if not chunk:
+                return
+            seen.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    db = Path(cli_env["RESENV_DB"])
+    try:
+        wait_for(lambda: db.exists() and rows(db, "SELECT state FROM runs")[0]["state"] == "finished", timeout=120)
+        deadline = time.monotonic() + 60
+        while engine.poll() is None and time.monotonic() < deadline:
+            # Quit the dashboard once it listens. Until the engine thread has ended, `q` asks whether to
+            # stop the run: `n` answers no, and the next round asks again.
+            os.write(leader, b"nq")
+            try:
+                engine.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+        engine.wait(timeout=30)
+        reader.join(timeout=10)
+        os.close(leader)
+    assert engine.returncode == 0, seen.decode(errors="replace")[-3000:]
+    out = seen.decode(errors="replace")
+    run_id = rows(db, "SELECT id FROM runs")[0]["id"]
+    assert "\x1b[?1049h" in out  # the dashboard had the terminal's alternate screen
+    tail = out[out.rindex(f"run {run_id} finished in "):]
+    assert "  a (1 job): C0 0/0 (imports —)  C1 1/1 (100.0%)" in tail
+    assert f"resenv show {run_id}" in tail and f"store:    {db}" in tail
