@@ -1043,10 +1043,13 @@ class RepoTask(SpecModel):
         }
 
     def gpus_needed(self, tiers: Iterable[str] = ("C0", "C1", "C2", "C3", "C4", "C5")) -> int:
-        """GPUs a job of this repo leases: the most any GPU entrypoint uses (the agent works with them
-        too), and at least one when C2 is judged, since C2 applies to every repo (the paper's
-        denominator is all 44): the framework must see a GPU even where the repo runs on CPU only."""
-        needs = [ep.gpus for ep in self.tiers().values() if isinstance(ep, Entrypoint)]
+        """GPUs a job of this repo leases: the most any entrypoint of the selected `tiers` uses (the
+        agent works with them too), and at least one when C2 is judged, since C2 applies to every repo
+        (the paper's denominator is all 44): the framework must see a GPU even where the repo runs on
+        CPU only. Tiers that are not selected lease nothing: `C0,C1,C5` needs no GPU."""
+        tiers = set(tiers)
+        needs = [ep.gpus for tier, ep in self.tiers().items()
+                 if isinstance(ep, Entrypoint) and TIER_CODES[tier] in tiers]
         if "C2" in tiers:
             needs.append(1)
         return max(needs, default=0)
