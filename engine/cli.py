@@ -28,6 +28,7 @@ from .secrets import load_secrets
 from .store import DISK_ERRNOS, StoreError, StoreReader, insert_control, store_failure
 from .tiers import ALL_TIERS
 from .figure import write_pyramid_figure
+from .report_csv import TABLES, csv_table
 from .scoring import choose_scoring, render, score_run
 from .scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, not_rescored_lines
 from .scorings import header as scoring_header
@@ -326,17 +327,22 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
 @click.argument("run_ref", metavar="RUN", default="latest", required=False)
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json", "latex"]), default="md", show_default=True)
+@click.option("--table", type=click.Choice(TABLES), default=None,
+              help="With --format csv: which table the file holds (default: summary, one row per agent).")
 @click.option("--figure", type=click.Path(path_type=Path), help="Also write the pyramid figure (.png or .svg).")
 @scoring_option
-def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None, scoring_ref: str = "latest") -> None:
+def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None, scoring_ref: str = "latest",
+           table: str | None = None) -> None:
     """Scores of a run: per agent C0 ratios, C1–C4 pass rates with denominators, C5 hallucinations;
     from its latest scoring unless --scoring names another, and saying which."""
     if figure is not None and figure.suffix not in (".png", ".svg"):  # before anything is printed
         raise click.BadParameter("the figure must end in .png or .svg", param_hint="--figure")
+    if table is not None and fmt != "csv":
+        raise click.BadParameter("--table chooses a CSV table; it goes with --format csv", param_hint="--table")
     reader, run_row = _open_run(db_path, run_ref)
     chosen, _ = _scoring(reader, run_row["id"], scoring_ref)
     scores = score_run(reader, run_row["id"], chosen)
-    click.echo(render(scores, fmt), nl=False)
+    click.echo(csv_table(scores, table or "summary") if fmt == "csv" else render(scores, fmt), nl=False)
     if figure is not None:
         write_pyramid_figure(scores, figure)
         click.echo(f"figure written to {figure}", err=True)
