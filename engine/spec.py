@@ -124,6 +124,7 @@ Schema (version 1)::
               - {kind: hf, repo: <org/name>, revision: <40-hex>, size: <bytes>,
                  repo_type: model, files: [], dest: null}   # dest: relative to the checkout
               - {kind: url, url: <url>, sha256: <64-hex>, size: <bytes>, dest: null}
+            unpinned_assets: ["hf:<org/name>"]   # optional: needed, not pinned yet (the plan names them)
 
 Rules beyond types: every tier (cpu, single_gpu, multi_gpu) is in exactly one of `entrypoints`
 and `not_applicable` (with a non-empty reason); names of suites, agents and hosts and repo ids
@@ -1012,6 +1013,10 @@ class RepoTask(SpecModel):
     entrypoints: Entrypoints = Field(default_factory=Entrypoints)
     not_applicable: NotApplicable = Field(default_factory=NotApplicable)
     assets: tuple[Asset, ...] = ()  # issue 9: weights/data the entrypoints need, pinned
+    # Assets an entrypoint is known to need that are not pinned yet (a hub repo or a URL, named for the
+    # record): nothing fetches them, and the plan names them so that no one reads "none declared" as
+    # "none needed". Pinning one (`resenv assets pin`) moves it to `assets:`.
+    unpinned_assets: tuple[Text, ...] = ()
 
     @classmethod
     def _rules(cls, data: dict[Any, Any], context: Any) -> list[_Problem]:
