@@ -189,7 +189,10 @@ def test_bad_paths_are_one_line_before_anything_is_stored(tmp_path: Path):
     assert f"the store {tmp_path}/a-dir is a directory" in directory
     store_under_file = one_line_error(resenv(*args, "--db", "a-file/x.db", env=env, cwd=tmp_path))
     assert f"cannot create the store's directory {tmp_path}/a-file: {tmp_path}/a-file is a file" in store_under_file
-    for command in (("runs",), ("show",), ("report",), ("runs", "--json")):
+    unwritable_store = one_line_error(resenv(*args, "--db", "/sys/resenv-test/x.db", env=env, cwd=tmp_path))
+    assert "cannot create the store's directory /sys/resenv-test" in unwritable_store
+    for command in (("runs",), ("show",), ("report",), ("runs", "--json"), ("control", "pause", "latest"),
+                    ("rescore", "latest"), ("run", "--resume", "latest")):
         assert "is a directory" in one_line_error(resenv(*command, "--db", "a-dir", env=env, cwd=tmp_path))
 
 
