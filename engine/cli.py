@@ -220,7 +220,7 @@ def _nothing_to_resume(reader: StoreReader, run_row: dict[str, Any]) -> str | No
                           " AND action = 'retry'", (run_row["id"],))[0]["n"]
     if retries:
         return None
-    return (f"run {run_row['id']} has {run_row['state']}: nothing to resume, nothing changed "
+    return (f"run {run_row['id']} {_ended(run_row['state'])}: nothing to resume, nothing changed "
             f"(`resenv show {run_row['id']}`; `resenv control retry {run_row['id']} JOB` runs a job again)")
 
 
@@ -446,7 +446,7 @@ def control(
         raise click.ClickException("--tier goes with retry")
     if action != "retry" and run_row["state"] in ENDED_RUN_STATES and not engine_alive(run_row):
         # nothing runs to pause, resume or cancel, and a resume must not find it queued
-        raise click.ClickException(f"{action}: run {run_row['id']} has {run_row['state']}; there is nothing to {action}"
+        raise click.ClickException(f"{action}: run {run_row['id']} {_ended(run_row['state'])}; there is nothing to {action}"
                                    " (a job or a tier can still be retried)")
     if tier and job is not None and (never := _tier_never_ran(reader, run_row, job, tier)) is not None:
         record_refused(_db(db_path), run_row["id"], action, never, job_id=job["id"], tier=tier)
@@ -474,6 +474,11 @@ def control(
 
 ENDED_RUN_STATES = frozenset({"finished", "cancelled"})
 """A run in one of these states is over for good (an interrupted one can still be resumed)."""
+
+
+def _ended(state: str) -> str:
+    """`has finished` or `was cancelled`: how a message says that a run is over."""
+    return "was cancelled" if state == "cancelled" else f"has {state}"
 
 
 def _tier_never_ran(reader: StoreReader, run_row: dict[str, Any], job: dict[str, Any], tier: str) -> str | None:
