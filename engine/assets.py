@@ -48,6 +48,7 @@ from . import __version__
 from .secrets import Redactor
 from .spec import Asset, HfAsset, UrlAsset
 from .spec import _size as human_size  # the format asset labels use
+from .wording import counted
 
 CHUNK = 1 << 20
 URL_TIMEOUT_S = 60.0
@@ -215,7 +216,7 @@ def _fetch_hf(asset: HfAsset, cache: AssetCache, say: Say, endpoint: str | None)
     if total != asset.size:
         raise AssetError(f"{where}: the selected files total {total} bytes, the benchmark declares size "
                          f"{asset.size}; fix `size:` (resenv assets pin prints the right one)")
-    say(f"    {len(wanted)} file(s), {human_size(total)}")
+    say(f"    {counted(len(wanted), 'file')}, {human_size(total)}")
     files: dict[str, dict[str, Any]] = {}
     for name, entry in wanted.items():
         try:

@@ -32,9 +32,10 @@ from .assets import (
     unique_assets,
 )
 from .cliload import load_for_cli
-from .paths import absolute, default_data_dir
+from .paths import UnusablePath, absolute, default_data_dir, writable_dir
 from .sandbox.base import SandboxError
 from .spec import Asset, Benchmark, SpecLookupError
+from .wording import counted
 
 
 @click.group("assets")
@@ -92,8 +93,12 @@ def fetch_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], ho
     bench = load_for_cli(benchmark)
     suite_name, assets, host_names = _selection(bench, suite, repos, hosts)
     cache = _cache(data_dir)
+    try:  # one line before any download, not a traceback after one
+        writable_dir(cache.root, "the asset cache")
+    except UnusablePath as error:
+        raise click.ClickException(str(error)) from error
     total = sum(asset.size for asset in assets)
-    click.echo(f"suite {suite_name}: {len(assets)} asset(s), {human_size(total)}; cache {cache.root}; "
+    click.echo(f"suite {suite_name}: {counted(len(assets), 'asset')}, {human_size(total)}; cache {cache.root}; "
                f"hosts {', '.join(host_names)}")
     failed = 0
     for number, asset in enumerate(assets, 1):
@@ -117,10 +122,10 @@ def fetch_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], ho
     if not assets:
         click.echo("nothing to fetch: no repo of the selection declares assets")
     elif failed:
-        click.echo(f"{failed} problem(s); the probes of a repo whose assets are missing score error/infra", err=True)
+        click.echo(f"{counted(failed, 'problem')}; the probes of a repo whose assets are missing score error/infra", err=True)
         sys.exit(1)
     else:
-        click.echo(f"all {len(assets)} asset(s) ready on {', '.join(host_names)}")
+        click.echo(f"all {counted(len(assets), 'asset')} ready on {', '.join(host_names)}")
 
 
 async def _copy_to_host(name: str, spec: Any, cache: AssetCache, assets: list[Asset], say: Say) -> int:
@@ -176,36 +181,65 @@ async def _push(host: Any, cache: AssetCache, asset: Asset) -> None:
 @repo_option
 @host_option
 @data_dir_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: per host, each asset cached or missing.")
 def status_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], hosts: tuple[str, ...],
-                   data_dir: Path | None) -> None:
-    """Per host, which assets of a suite are cached and verified and which are missing (exit 1 if any)."""
+                   data_dir: Path | None, as_json: bool) -> None:
+    """Per host, which assets of a suite are cached and verified and which are missing (exit 1 if any);
+    assets the repos need but do not pin yet are named, and fetching cannot help them."""
     bench = load_for_cli(benchmark)
     suite_name, assets, host_names = _selection(bench, suite, repos, hosts)
+    unpinned = _unpinned(bench, suite_name, repos)
     cache = _cache(data_dir)
-    click.echo(f"suite {suite_name}: {len(assets)} asset(s); cache {cache.root}")
     local = [cache.is_cached(asset) for asset in assets]
-    missing = 0
+    report: list[dict[str, Any]] = []
     for name in host_names:
         spec = bench.host(name)
+        entry: dict[str, Any] = {"name": name, "kind": spec.kind, "reachable": True, "error": None,
+                                 "docker": getattr(spec, "sandbox", "process") == "docker"}
+        there: list[bool | None] = list(local)
         if _needs_host_copy(spec):
             from .remote import HostDown
 
             try:
-                there = asyncio.run(_remote_status(name, spec, cache, assets))
+                there = list(asyncio.run(_remote_status(name, spec, cache, assets)))
             except (HostDown, SandboxError, OSError) as error:  # OSError: timeouts too
-                click.echo(f"{name} (ssh): UNREACHABLE: {redact_text(str(error))}")
-                missing += len(assets)
-                continue
-            click.echo(f"{name} (ssh):")
-        else:
-            there = local
-            click.echo(f"{name} ({spec.kind}{', docker: copied into each container' if spec.sandbox == 'docker' else ''}):")
-        for asset, present in zip(assets, there):
-            click.echo(f"  {'cached ' if present else 'MISSING'} {asset.label()}")
-        missing += there.count(False)
+                entry |= {"reachable": False, "error": redact_text(str(error))}
+                there = [None] * len(assets)  # unknown: counted as missing
+        entry["assets"] = [{"label": asset.label(), "cached": present} for asset, present in zip(assets, there)]
+        report.append(entry)
+    missing = sum(1 for entry in report for item in entry["assets"] if not item["cached"])
+    if as_json:
+        click.echo(json.dumps({"suite": suite_name, "cache": str(cache.root), "hosts": report, "missing": missing,
+                               "unpinned": unpinned}, indent=2))
+    else:
+        _print_status(suite_name, cache, assets, report, unpinned)
     if missing:
         click.echo(f"{missing} missing: run `resenv assets fetch` with the same options", err=True)
         sys.exit(1)
+
+
+def _unpinned(bench: Benchmark, suite_name: str, repos: tuple[str, ...]) -> list[dict[str, str]]:
+    """Each asset a selected repo needs but does not pin yet (`unpinned_assets`), with its repo."""
+    chosen = bench.suite(suite_name)
+    tasks = [chosen.repo(repo_id) for repo_id in repos] if repos else list(chosen.repos)
+    return [{"repo": task.id, "label": label} for task in tasks for label in task.unpinned_assets]
+
+
+def _print_status(suite_name: str, cache: AssetCache, assets: list[Asset], report: list[dict[str, Any]],
+                  unpinned: list[dict[str, str]]) -> None:
+    click.echo(f"suite {suite_name}: {counted(len(assets), 'asset')}; cache {cache.root}")
+    for entry in report:
+        if not entry["reachable"]:
+            click.echo(f"{entry['name']} ({entry['kind']}): UNREACHABLE: {entry['error']}")
+            continue
+        click.echo(f"{entry['name']} ({entry['kind']}{', docker: copied into each container' if entry['docker'] else ''}):")
+        for item in entry["assets"]:
+            click.echo(f"  {'cached ' if item['cached'] else 'MISSING'} {item['label']}")
+    if unpinned:
+        click.echo(f"{counted(len(unpinned), 'asset')} not pinned yet (nothing fetches them; `resenv assets pin` "
+                   "makes an entry for `assets:`):")
+        for item in unpinned:
+            click.echo(f"  unpinned {item['repo']}: {item['label']}")
 
 
 async def _remote_status(name: str, spec: Any, cache: AssetCache, assets: list[Asset]) -> list[bool]:
@@ -262,7 +296,7 @@ def _pin_hf(text: str, repo_type: str, branch: str) -> str:
     fields.append(f"revision: {json.dumps(info.sha)}, size: {size}")
     if patterns:
         fields.append(f"files: {json.dumps(patterns)}")
-    return f"- {{{', '.join(fields)}}}  # {branch} · {len(chosen)} file(s) · {human_size(size)}"
+    return f"- {{{', '.join(fields)}}}  # {branch} · {counted(len(chosen), 'file')} · {human_size(size)}"
 
 
 def _pin_url(url: str) -> str:

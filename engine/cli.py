@@ -20,7 +20,7 @@ from .controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_r
 from .display import NoDisplay, PlainDisplay
 from .summary import summary_lines
 from .cliload import load_for_cli
-from .paths import absolute, default_data_dir, default_db
+from .paths import UnusablePath, absolute, default_data_dir, default_db, writable_dir
 from .runs import RunPlan, create_run
 from .sandbox.isolation import IsolationUnavailable, check_available
 from .scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
@@ -29,6 +29,7 @@ from .secrets import load_secrets
 from .store import DISK_ERRNOS, StoreError, StoreReader, insert_control, store_failure
 from .tiers import ALL_TIERS
 from .figure import FORMATS as FIGURE_FORMATS, write_pyramid_figure
+from .report_csv import TABLES, csv_table
 from .scoring import choose_scoring, render, score_run
 from .scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, not_rescored_lines
 from .scorings import header as scoring_header
@@ -135,16 +136,19 @@ def main() -> None:
               help="Tiers to score: `all`, `none`, or a comma list such as C0,C1,C5.")
 @click.option("--dry-run", is_flag=True, help="Print the job plan (jobs, tiers, GPUs, assets) and exit; "
               "touches neither the store nor the network.")
+@click.option("--json", "as_json", is_flag=True, help="With --dry-run: the plan as one JSON object.")
 def run(
     benchmark: Path, suite: str | None, agents: tuple[str, ...], repos: tuple[str, ...], hosts: tuple[str, ...],
     db_path: Path | None,
     data_dir: Path | None, jobs: int | None, display: str | None, resume_id: str | None, name: str | None,
-    tiers_text: str, dry_run: bool = False,
+    tiers_text: str, dry_run: bool = False, as_json: bool = False,
 ) -> None:
     """Run a suite of repo tasks × agents (or --resume one), recording everything in the store."""
     db = _db(db_path)
     if resume_id and dry_run:
         raise click.ClickException("--dry-run plans a new run; it does not go with --resume")
+    if as_json and not dry_run:
+        raise click.ClickException("--json goes with --dry-run (a run's results: `resenv show --json`)")
     if resume_id:
         try:
             reader = _reader(db)
@@ -152,11 +156,16 @@ def run(
             raise click.ClickException(f"{error.message}; run {resume_id} was not resumed: "
                                        f"`resenv run --resume {resume_id}` once that is fixed") from error
         try:
-            run_id = reader.resolve_run(resume_id)["id"]
+            run_row = reader.resolve_run(resume_id)
+            done = _nothing_to_resume(reader, run_row)
         except StoreError as error:
             raise click.ClickException(str(error)) from error
         finally:
             reader.close()
+        if done is not None:
+            click.echo(done)
+            return
+        run_id = run_row["id"]
     else:
         bench = load_for_cli(benchmark)
         plan = RunPlan(
@@ -165,17 +174,24 @@ def run(
             hosts=list(hosts) or [bench.defaults.host],
             jobs=jobs, name=name, tiers=parse_tiers(tiers_text), repos=repos,
         )
+        data_root = absolute(data_dir) if data_dir else default_data_dir()
         if dry_run:
+            from .assets import AssetCache
             from .dryrun import plan_jobs, render_plan
             try:
-                click.echo(render_plan(plan, plan_jobs(bench, plan)), nl=False)
+                planned = plan_jobs(bench, plan, AssetCache.under(data_root))
             except SpecLookupError as error:
                 raise click.ClickException(str(error)) from error
+            click.echo(json.dumps(planned.to_json(), indent=2) if as_json else render_plan(planned), nl=not as_json)
             return
         _check_secrets(bench, plan.agents)
         _check_sandboxes(bench, plan.hosts)
+        try:  # before the run's row is written: a bad data dir must not leave a run stuck `queued`
+            writable_dir(data_root, "the data dir")
+        except UnusablePath as error:
+            raise click.ClickException(str(error)) from error
         try:
-            run_id = create_run(bench, plan, db, absolute(data_dir) if data_dir else default_data_dir())
+            run_id = create_run(bench, plan, db, data_root)
         except SpecLookupError as error:
             raise click.ClickException(str(error)) from error
     if display is None:
@@ -199,6 +215,22 @@ def run(
         raise click.ClickException(str(error)) from error
     if state == "interrupted":
         sys.exit(130)
+
+
+def _nothing_to_resume(reader: StoreReader, run_row: dict[str, Any]) -> str | None:
+    """Why `run --resume` has nothing to do, or None: a finished or cancelled run is over, and resuming
+    it must change nothing (not its stored duration, not a pause queued for it), unless a retry was
+    queued for it since (`resenv control retry`), which the resume is there to apply."""
+    if run_row["state"] not in ENDED_RUN_STATES or engine_alive(run_row):
+        return None
+    if live_rescore(reader.rows, run_row["id"], STALE_AFTER_S) is not None:
+        return None  # the engine refuses it, naming the rescore that holds the run
+    retries = reader.rows("SELECT COUNT(*) AS n FROM controls WHERE run_id = ? AND acked_at IS NULL"
+                          " AND action = 'retry'", (run_row["id"],))[0]["n"]
+    if retries:
+        return None
+    return (f"run {run_row['id']} {_ended(run_row['state'])}: nothing to resume, nothing changed "
+            f"(`resenv show {run_row['id']}`; `resenv control retry {run_row['id']} JOB` runs a job again)")
 
 
 def _check_sandboxes(bench: Any, hosts: list[str]) -> None:
@@ -295,11 +327,14 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
         row["omitted_output"] = omitted.get(row["id"], [])
     lines = [scoring_header(chosen, scorings), *not_rescored_lines(not_rescored(reader.rows, chosen))]
     errors = error_counts(rows)
-    if as_json:  # dollars as numbers (null: unknown), never as text
+    if as_json:  # numbers as numbers (null: unknown), never as the text a table prints
         scoring = chosen.to_json() | {"header": lines[0], "original_rules_version": scorings[0].rules_version}
-        jobs = [{key: value for key, value in row.items() if key != "cost_text"} for row in rows]
-        click.echo(json.dumps({"run": run_row | {"spec_json": None}, "scoring": scoring, "jobs": jobs,
-                               "errors": errors}, indent=2, default=str))
+        jobs = [{key: value for key, value in row.items() if not key.endswith("_text") or key == "state_text"}
+                for row in rows]
+        run_json = {key: value for key, value in run_row.items() if key not in ("spec_json", "options_json")}
+        run_json["options"] = json.loads(run_row["options_json"]) if run_row["options_json"] else None
+        click.echo(json.dumps({"run": run_json, "scoring": scoring, "jobs": jobs, "errors": errors,
+                               "not_rescored": not_rescored(reader.rows, chosen)}, indent=2, default=str))
         return
     console.print(f"run {run_row['id']} · {run_row['name']} · {run_row['state']} · {run_row['data_dir']}")
     for line in lines:
@@ -309,7 +344,7 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
     for row in rows:
         table.add_row(
             row["key"], row["where"], row["state_text"], tier_glyphs(row["tiers"]), str(row["attempts"]),
-            row["agent_seconds"], row["tokens_text"], row["cost_text"], row["elapsed"], row["reason"] or "",
+            row["agent_time_text"], row["tokens_text"], row["cost_text"], row["elapsed_text"], row["reason"] or "",
         )
     console.print(table)
     console.print("tiers: ✓ pass  ✗ fail  – skip  ! error  · not scored")
@@ -335,18 +370,23 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
 @click.argument("run_ref", metavar="RUN", default="latest", required=False)
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json", "latex"]), default="md", show_default=True)
+@click.option("--table", type=click.Choice(TABLES), default=None,
+              help="With --format csv: which table the file holds (default: summary, one row per agent).")
 @click.option("--figure", type=click.Path(path_type=Path),
               help="Also write the pyramid figure (.png, .svg or .pdf, by the suffix).")
 @scoring_option
-def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None, scoring_ref: str = "latest") -> None:
+def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None, scoring_ref: str = "latest",
+           table: str | None = None) -> None:
     """Scores of a run: per agent C0 ratios, C1–C4 pass rates with denominators, C5 hallucinations;
     from its latest scoring unless --scoring names another, and saying which."""
     if figure is not None and figure.suffix.lower() not in FIGURE_FORMATS:  # before anything is printed
         raise click.BadParameter("the figure must end in .png, .svg or .pdf", param_hint="--figure")
+    if table is not None and fmt != "csv":
+        raise click.BadParameter("--table chooses a CSV table; it goes with --format csv", param_hint="--table")
     reader, run_row = _open_run(db_path, run_ref)
     chosen, _ = _scoring(reader, run_row["id"], scoring_ref)
     scores = score_run(reader, run_row["id"], chosen)
-    click.echo(render(scores, fmt), nl=False)
+    click.echo(csv_table(scores, table or "summary") if fmt == "csv" else render(scores, fmt), nl=False)
     if figure is not None:
         write_pyramid_figure(scores, figure)
         click.echo(f"figure written to {figure}", err=True)
@@ -416,7 +456,7 @@ def control(
         raise click.ClickException("--tier goes with retry")
     if action != "retry" and run_row["state"] in ENDED_RUN_STATES and not engine_alive(run_row):
         # nothing runs to pause, resume or cancel, and a resume must not find it queued
-        raise click.ClickException(f"{action}: run {run_row['id']} has {run_row['state']}; there is nothing to {action}"
+        raise click.ClickException(f"{action}: run {run_row['id']} {_ended(run_row['state'])}; there is nothing to {action}"
                                    " (a job or a tier can still be retried)")
     if tier and job is not None and (never := _tier_never_ran(reader, run_row, job, tier)) is not None:
         record_refused(_db(db_path), run_row["id"], action, never, job_id=job["id"], tier=tier)
@@ -444,6 +484,11 @@ def control(
 
 ENDED_RUN_STATES = frozenset({"finished", "cancelled"})
 """A run in one of these states is over for good (an interrupted one can still be resumed)."""
+
+
+def _ended(state: str) -> str:
+    """`has finished` or `was cancelled`: how a message says that a run is over."""
+    return "was cancelled" if state == "cancelled" else f"has {state}"
 
 
 def _tier_never_ran(reader: StoreReader, run_row: dict[str, Any], job: dict[str, Any], tier: str) -> str | None:
@@ -490,7 +535,8 @@ def prune(run_ref: str, db_path: Path | None) -> None:
             failed = True
             click.echo(f"{host}: {done['error']}")
         else:
-            click.echo(f"{host}: removed {len(done['images'])} image(s), {len(done['containers'])} container(s)")
+            click.echo(f"{host}: removed {counted(len(done['images']), 'image')}, "
+                       f"{counted(len(done['containers']), 'container')}")
     if failed:
         sys.exit(1)
 

@@ -1,16 +1,55 @@
 """`resenv run --dry-run`: the job plan of a run, printed without touching the store or the network.
 
-One line per job (repo task × agent) with the tiers it will score (C1/C3/C4 only where the repo has
-an entrypoint, C0/C2/C5 always), the GPUs it leases, and the assets it declares.
+The plan says what the run would do, not what the spec wishes: per job the tiers it will score, the
+ones it will skip and why (not applicable to the repo, or too few GPUs on the run's hosts), the GPUs
+it leases (only for the selected tiers that need them: `--tiers C0,C1,C5` leases none), and each asset
+as cached, not cached or unpinned; per host the GPUs it has, the jobs it can take, and which tiers run
+and skip there. The lease rules are the scheduler's own (`RepoTask.gpus_needed`, `HostPool`): a job
+goes to a host with enough GPUs, or, where no host of the run has enough, to those with the most.
+GPU counts come from the spec, or from this machine's driver for a local `gpus: auto`; a remote
+host's `auto` is asked only when the run starts, so the plan says it does not know.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
+from .assets import AssetCache
+from .hosts import detect_local_gpus
 from .runs import RunPlan
-from .spec import TIER_CODES, Benchmark, Entrypoint
+from .spec import Benchmark, Entrypoint, GitSource
+from .tiers import ENTRYPOINT_OF, GPUS_FOR
 from .wording import counted
+
+HARDWARE = "insufficient_hardware"
+NOT_APPLICABLE = "not_applicable"
+GPUS_FROM = {"spec": "the spec", "driver": "this machine's driver"}
+
+
+@dataclass(frozen=True)
+class Skip:
+    tier: str
+    category: str  # not_applicable | insufficient_hardware
+    reason: str
+
+
+@dataclass(frozen=True)
+class PlannedAsset:
+    label: str
+    status: str  # cached | not cached | unpinned
+
+
+@dataclass(frozen=True)
+class PlannedHost:
+    name: str
+    kind: str
+    gpus: int | None  # None: unknown until the run starts (a remote host's `gpus: auto`)
+    gpus_from: str  # spec | driver | unknown
+    jobs: int  # jobs the scheduler may place here
+    runs: tuple[str, ...]  # tiers some job placed here will score
+    skips: tuple[Skip, ...]  # tiers jobs placed here would want and cannot have, with why
+    note: str | None = None  # why the host takes no job, when it takes none
 
 
 @dataclass(frozen=True)
@@ -19,49 +58,141 @@ class PlannedJob:
     repo: str
     agent: str
     source: str
+    tiers: tuple[str, ...]  # the tiers it will score
+    skipped: tuple[Skip, ...]
+    gpus: int  # the GPUs it leases
+    gpus_wanted: int  # what its selected tiers ask for (more than `gpus` when no host has that many)
+    hosts: tuple[str, ...]  # the hosts it may run on
+    assets: tuple[PlannedAsset, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    suite: str
+    agents: tuple[str, ...]
     tiers: tuple[str, ...]
-    skipped: dict[str, str]  # tier code -> reason
-    gpus: int
-    assets: tuple[str, ...]
+    hosts: tuple[PlannedHost, ...]
+    jobs: tuple[PlannedJob, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan as `--dry-run --json` prints it (documented in README, 'Usage')."""
+        tiers = {code: sum(code in job.tiers for job in self.jobs) for code in self.tiers}
+        return {**asdict(self), "jobs_per_tier": tiers, "max_gpus_per_job": max((j.gpus for j in self.jobs), default=0),
+                "stored": False}
 
 
-def plan_jobs(bench: Benchmark, plan: RunPlan) -> list[PlannedJob]:
-    """The jobs `create_run` would insert, with what each needs; raises SpecLookupError on bad names."""
+def host_gpus(spec: Any) -> tuple[int | None, str]:
+    """The GPU count of a host as the run would see it, and where that count comes from."""
+    gpus = getattr(spec, "gpus", "auto")
+    if gpus != "auto":
+        return (gpus if isinstance(gpus, int) else len(gpus)), "spec"
+    if spec.kind == "local":
+        return len(detect_local_gpus()), "driver"
+    return None, "unknown"
+
+
+def tier_gpus(repo: Any, code: str) -> int:
+    """GPUs tier `code` runs on for `repo` (0 for the tiers that need none)."""
+    entry = repo.tiers().get(ENTRYPOINT_OF.get(code, ""))
+    if isinstance(entry, Entrypoint):
+        return entry.gpus
+    return GPUS_FOR.get(code, 0)
+
+
+def asset_statuses(repo: Any, cache: AssetCache) -> tuple[PlannedAsset, ...]:
+    """Each asset of the repo as the engine's cache holds it, then those not pinned yet."""
+    pinned = tuple(PlannedAsset(asset.label(), "cached" if cache.is_cached(asset) else "not cached")
+                   for asset in repo.assets)
+    return pinned + tuple(PlannedAsset(label, "unpinned") for label in repo.unpinned_assets)
+
+
+def plan_jobs(bench: Benchmark, plan: RunPlan, cache: AssetCache) -> Plan:
+    """The jobs `create_run` would insert and where they would go; raises SpecLookupError on bad names."""
     suite = bench.suite(plan.suite)
     repos = [suite.repo(repo_id) for repo_id in plan.repos] if plan.repos else list(suite.repos)
     for agent in plan.agents:
         bench.agent(agent)
-    for host in plan.hosts:
-        bench.host(host)
+    counts = {name: host_gpus(bench.host(name)) for name in plan.hosts}
+    known = [gpus for gpus, _ in counts.values() if gpus is not None]
+    unknown = len(known) < len(counts)
+    most = None if unknown else max(known)
     jobs = []
     for repo in repos:
-        runnable, skipped = set(), {}
-        for tier, target in repo.tiers().items():
-            if isinstance(target, Entrypoint):
-                runnable.add(TIER_CODES[tier])
+        wanted = repo.gpus_needed(plan.tiers)
+        leased = wanted if most is None else min(wanted, most)
+        # the scheduler's placement (HostPool.lease): a host with at least the GPUs the job leases
+        where = tuple(name for name, (gpus, _) in counts.items() if gpus is None or gpus >= leased)
+        runs, skipped = [], []
+        for code in plan.tiers:
+            target = repo.tiers().get(ENTRYPOINT_OF.get(code, ""))
+            if isinstance(target, str):
+                skipped.append(Skip(code, NOT_APPLICABLE, target))
+            elif code in GPUS_FOR and tier_gpus(repo, code) > leased:
+                have = f"at most {counted(leased, 'GPU')}" if leased else "no GPU"
+                skipped.append(Skip(code, HARDWARE, f"needs {counted(tier_gpus(repo, code), 'GPU')}; "
+                                                    f"the run's hosts have {have}"))
             else:
-                skipped[TIER_CODES[tier]] = target
-        tiers = tuple(t for t in plan.tiers if t in runnable or t not in TIER_CODES.values())
-        source = getattr(repo.source, "git", None)
-        source = f"{source}@{repo.source.commit[:12]}" if source else str(getattr(repo.source, "path", ""))
-        assets = tuple(asset.label() for asset in repo.assets)
+                runs.append(code)
+        source = (f"{repo.source.git}@{repo.source.commit[:12]}" if isinstance(repo.source, GitSource)
+                  else str(repo.source.path))
+        assets = asset_statuses(repo, cache)
         for agent in plan.agents:
-            jobs.append(PlannedJob(f"{repo.id}/{agent}", repo.id, agent, source, tiers,
-                                   {k: v for k, v in skipped.items() if k in plan.tiers},
-                                   repo.gpus_needed(plan.tiers), assets))
-    return jobs
+            jobs.append(PlannedJob(f"{repo.id}/{agent}", repo.id, agent, source, tuple(runs), tuple(skipped),
+                                   leased, wanted, where, assets))
+    hosts = tuple(_planned_host(name, bench.host(name).kind, *counts[name], jobs, plan.tiers) for name in plan.hosts)
+    return Plan(plan.suite, tuple(plan.agents), tuple(plan.tiers), hosts, tuple(jobs))
 
 
-def render_plan(plan: RunPlan, jobs: list[PlannedJob]) -> str:
+def _planned_host(name: str, kind: str, gpus: int | None, gpus_from: str, jobs: list[PlannedJob],
+                  tiers: tuple[str, ...]) -> PlannedHost:
+    here = [job for job in jobs if name in job.hosts]
+    runs = tuple(code for code in tiers if any(code in job.tiers for job in here))
+    skips = tuple(
+        Skip(code, HARDWARE, "no GPU on this host" if not gpus else f"the host has {counted(gpus or 0, 'GPU')}")
+        for code in tiers
+        if code not in runs and any(skip.tier == code and skip.category == HARDWARE for job in here for skip in job.skipped)
+    )
+    note = None
+    if not here and jobs:
+        fewest = min(job.gpus for job in jobs)
+        note = (f"takes no job: every job leases at least {counted(fewest, 'GPU')} and another host of the run "
+                f"has them (this one has {gpus})")
+    return PlannedHost(name, kind, gpus, gpus_from, len(here), runs, skips, note)
+
+
+def render_plan(plan: Plan) -> str:
+    """The plan as lines for a person: hosts first, then one line per job and its skips."""
+    jobs = plan.jobs
     lines = [f"dry run: suite {plan.suite} · {counted(len({j.repo for j in jobs}), 'repo')} × "
-             f"{counted(len(plan.agents), 'agent')} = {counted(len(jobs), 'job')} · hosts {', '.join(plan.hosts)}"
-             f" · tiers {','.join(plan.tiers) or 'none'}"]
+             f"{counted(len(plan.agents), 'agent')} = {counted(len(jobs), 'job')} · "
+             f"hosts {', '.join(host.name for host in plan.hosts)} · tiers {','.join(plan.tiers) or 'none'}"]
+    for host in plan.hosts:
+        gpus = "GPUs unknown until the run starts, gpus: auto" if host.gpus is None else \
+            f"{counted(host.gpus, 'GPU')} from {GPUS_FROM[host.gpus_from]}"
+        line = f"host {host.name} ({host.kind}, {gpus}): "
+        if host.note:
+            lines.append(line + host.note)
+            continue
+        line += f"{counted(host.jobs, 'job')} may run here; runs {','.join(host.runs) or 'no tier'}"
+        why: dict[str, list[str]] = {}
+        for skip in host.skips:
+            why.setdefault(f"{skip.category}: {skip.reason}", []).append(skip.tier)
+        for reason, codes in why.items():
+            line += f"; skips {','.join(codes)} ({reason})"
+        lines.append(line)
     for job in jobs:
         lines.append(f"{job.key}  tiers {','.join(job.tiers) or '-'}  gpus {job.gpus}  "
-                     f"assets {', '.join(job.assets) or 'none declared'}  source {job.source}")
-        for code, reason in job.skipped.items():
-            lines.append(f"    {code} skip: {reason}")
-    counts = {code: sum(code in j.tiers for j in jobs) for code in plan.tiers}
+                     f"assets {_assets_text(job.assets)}  source {job.source}")
+        for skip in job.skipped:
+            lines.append(f"    {skip.tier} skip: {skip.reason}" if skip.category == NOT_APPLICABLE
+                         else f"    {skip.tier} skip ({skip.category}): {skip.reason}")
+    counts = plan.to_json()["jobs_per_tier"]
     lines.append("jobs per tier: " + "  ".join(f"{code} {n}" for code, n in counts.items()))
     lines.append(f"max GPUs per job: {max((j.gpus for j in jobs), default=0)}; nothing was stored or fetched")
     return "\n".join(lines) + "\n"
+
+
+def _assets_text(assets: tuple[PlannedAsset, ...]) -> str:
+    if not assets:
+        return "none"
+    return ", ".join(f"{asset.label} [{asset.status}]" for asset in assets)

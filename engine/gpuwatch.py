@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .telemetry import NO_DRIVER, REMOTE_PROCESSES, GpuProcess, ProcessMap, load_pynvml, parse_remote_processes
+from .wording import counted
 
 LOCAL_INTERVAL_S = 0.15
 REMOTE_INTERVAL_S = 0.2
@@ -155,7 +156,7 @@ class GpuUse:
             names = ", ".join(f"GPU {gpu}" for gpu in missing)
             return Verdict("fail", "no_gpu_use", (
                 f"exited 0, but no process of the entrypoint held a CUDA context on leased {names} in "
-                f"{self.samples} {self.source} sample(s), one every {self.interval_s} s"))
+                f"{counted(self.samples, self.source + ' sample')}, one every {self.interval_s} s"))
         used = ", ".join(f"GPU {gpu}" for gpu in self.gpus)
         return Verdict("pass", None, f"processes of the entrypoint ran on {used}")
 

@@ -30,6 +30,7 @@ from ..probes.kit import hookscan, script_source, treescan
 from ..probes.outcome import canary_problem, canary_source
 from .checkout import CheckoutError, Manifest, Pristine, blob_bytes
 from .sandbox.base import SandboxError, shares_engine_view
+from .wording import counted
 
 if TYPE_CHECKING:
     from .lifecycle import JobAttempt
@@ -117,7 +118,7 @@ def checkout_epoch(attempt: JobAttempt) -> float | None:
 def _name_paths(what: str, paths: Iterable[str], most: int = 10) -> str:
     paths = list(paths)
     shown = ", ".join(paths[:most]) + (f" and {len(paths) - most} more" if len(paths) > most else "")
-    return f"{what} {len(paths)} path(s): {shown}"
+    return f"{what} {counted(len(paths), 'path')}: {shown}"
 
 
 async def secure(attempt: JobAttempt, *, pristine: Pristine, manifest: Manifest, census: Census,

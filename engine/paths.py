@@ -8,6 +8,7 @@ read back by later processes (`run --resume`, the dashboard) started from anywhe
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from platformdirs import user_data_path
@@ -28,3 +29,35 @@ def default_db() -> Path:
 
 def default_data_dir() -> Path:
     return absolute(os.environ.get("RESENV_DATA_DIR") or default_home() / "runs")
+
+
+class UnusablePath(ValueError):
+    """A path given for the engine's files cannot be used; the message is one line that says why."""
+
+
+def blocking_file(path: Path) -> Path | None:
+    """The nearest of `path` and its parents that exists and is not a directory, if any: what stops
+    `path` from being made as a directory."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return None if candidate.is_dir() else candidate
+    return None
+
+
+def writable_dir(path: Path | str, what: str) -> Path:
+    """`path` made absolute, created where missing, and proven writable by writing a file there.
+
+    Called before a run stores anything, so that a data dir under a regular file or on a read-only
+    disk is one line at start, not a traceback after the run's row is written (a run stuck `queued`).
+    A test write, not `os.access`, because root passes every permission check but a read-only mount's.
+    """
+    path = absolute(path)
+    if (blocker := blocking_file(path)) is not None:
+        raise UnusablePath(f"{what} {path} cannot be a directory: {blocker} is a file")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as error:
+        raise UnusablePath(f"{what} {path} is not writable: {error.strerror or error}") from error
+    return path

@@ -36,6 +36,7 @@ from .scheduler import HEARTBEAT_S, STALE_AFTER_S, Display, Engine, EngineBusy, 
 from .scorings import Scoring, live_rescore
 from .store import StoreWriter, open_for_writing
 from .tiers import ALL_TIERS
+from .wording import counted
 
 GPU_TIERS = ("C2", "C3", "C4", "C5")  # C5 reads what the frameworks saw on the leased GPUs
 
@@ -86,7 +87,7 @@ class Rescorer(Engine):
             self._plan()
             self.display.message(
                 f"{self.scoring.label} of run {self.run_id} (rules {self.scoring.rules_version}): "
-                f"{len(self.planned)} of {len(self.jobs)} jobs, tiers {', '.join(self.tiers)}")
+                f"{len(self.planned)} of {counted(len(self.jobs), 'job')}, tiers {', '.join(self.tiers)}")
             heartbeat = asyncio.create_task(self._heartbeat(), name="heartbeat")
             loop = asyncio.get_running_loop()
             if self.install_signals:

@@ -18,8 +18,6 @@ rendering names it and its rules version, so a rescored run is never mistaken fo
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
@@ -86,6 +84,11 @@ class AgentScore:
     @property
     def errors_text(self) -> str:
         return errors_text(self.errors)
+
+    @property
+    def env_bytes_median(self) -> int | None:
+        """The median size of the agent's environments (the upper one of an even count); None: none measured."""
+        return sorted(self.env_bytes)[len(self.env_bytes) // 2] if self.env_bytes else None
 
     @property
     def c0_paper_ratio(self) -> float | None:
@@ -262,7 +265,7 @@ def agent_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
             if tally.errors:
                 text += f" [{tally.errors} err]"
             tiers.append(text)
-        size = sorted(score.env_bytes)[len(score.env_bytes) // 2] if score.env_bytes else None
+        size = score.env_bytes_median
         rows.append([
             score.agent, str(score.jobs), _pct(score.c0_paper_ratio), _pct(score.c0_third_party_ratio), *tiers,
             *(str(score.hallucinations.get(kind, 0)) for kind in HALLUCINATION_KINDS),
@@ -290,6 +293,7 @@ def repo_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
 
 
 def render(scores: RunScores, fmt: str) -> str:
+    """The report as markdown (`md`), `json` or `latex`; CSV, one table per file, is engine/report_csv.py."""
     if fmt == "json":
         return json.dumps(to_json(scores), indent=2)
     tables = [("Agents", *agent_table(scores)), ("Repos", *repo_table(scores))]
@@ -300,16 +304,6 @@ def render(scores: RunScores, fmt: str) -> str:
     if scores.findings:
         tables.append(("Integrity findings", ["repo", "agent", "kind", "path", "action"],
                        [[f["repo"], f["agent"], f["kind"], f["path"], f["action"]] for f in scores.findings]))
-    if fmt == "csv":
-        out = io.StringIO()
-        writer = csv.writer(out)
-        for line in scores.header_lines():
-            writer.writerow([f"# {line}"])
-        for title, header, rows in tables:
-            writer.writerow([f"# {title}"])
-            writer.writerow(header)
-            writer.writerows(rows)
-        return out.getvalue()
     if fmt == "latex":
         comments = "".join(f"% {line}\n" for line in scores.header_lines())
         return comments + "\n\n".join(_latex(title, header, rows) for title, header, rows in tables)

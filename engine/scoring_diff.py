@@ -12,6 +12,7 @@ from typing import Any
 from .scoring import TierScore, latest_results
 from .scorings import Scoring
 from .store import StoreReader
+from .wording import counted
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def render_text(diff: ScoringDiff) -> str:
     lines = [f"{new.label} of run {diff.run_id}: rules {new.rules_version}; compared with {old.label}: "
              f"rules {old.rules_version}"]
     state = "" if new.state == "done" else f" ({new.state})"
-    lines.append(f"rescored {diff.judged_jobs} of {len(diff.jobs)} jobs{state}, tiers {', '.join(tiers)}")
+    lines.append(f"rescored {diff.judged_jobs} of {counted(len(diff.jobs), 'job')}{state}, tiers {', '.join(tiers)}")
     for job in diff.jobs:
         if job["outcome"] != "rescored":
             what = "not rescored" if job["outcome"] == "not_rescored" else "partly rescored"

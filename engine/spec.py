@@ -124,6 +124,7 @@ Schema (version 1)::
               - {kind: hf, repo: <org/name>, revision: <40-hex>, size: <bytes>,
                  repo_type: model, files: [], dest: null}   # dest: relative to the checkout
               - {kind: url, url: <url>, sha256: <64-hex>, size: <bytes>, dest: null}
+            unpinned_assets: ["hf:<org/name>"]   # optional: needed, not pinned yet (the plan names them)
 
 Rules beyond types: every tier (cpu, single_gpu, multi_gpu) is in exactly one of `entrypoints`
 and `not_applicable` (with a non-empty reason); names of suites, agents and hosts and repo ids
@@ -1012,6 +1013,10 @@ class RepoTask(SpecModel):
     entrypoints: Entrypoints = Field(default_factory=Entrypoints)
     not_applicable: NotApplicable = Field(default_factory=NotApplicable)
     assets: tuple[Asset, ...] = ()  # issue 9: weights/data the entrypoints need, pinned
+    # Assets an entrypoint is known to need that are not pinned yet (a hub repo or a URL, named for the
+    # record): nothing fetches them, and the plan names them so that no one reads "none declared" as
+    # "none needed". Pinning one (`resenv assets pin`) moves it to `assets:`.
+    unpinned_assets: tuple[Text, ...] = ()
 
     @classmethod
     def _rules(cls, data: dict[Any, Any], context: Any) -> list[_Problem]:
@@ -1043,10 +1048,13 @@ class RepoTask(SpecModel):
         }
 
     def gpus_needed(self, tiers: Iterable[str] = ("C0", "C1", "C2", "C3", "C4", "C5")) -> int:
-        """GPUs a job of this repo leases: the most any GPU entrypoint uses (the agent works with them
-        too), and at least one when C2 is judged, since C2 applies to every repo (the paper's
-        denominator is all 44): the framework must see a GPU even where the repo runs on CPU only."""
-        needs = [ep.gpus for ep in self.tiers().values() if isinstance(ep, Entrypoint)]
+        """GPUs a job of this repo leases: the most any entrypoint of the selected `tiers` uses (the
+        agent works with them too), and at least one when C2 is judged, since C2 applies to every repo
+        (the paper's denominator is all 44): the framework must see a GPU even where the repo runs on
+        CPU only. Tiers that are not selected lease nothing: `C0,C1,C5` needs no GPU."""
+        tiers = set(tiers)
+        needs = [ep.gpus for tier, ep in self.tiers().items()
+                 if isinstance(ep, Entrypoint) and TIER_CODES[tier] in tiers]
         if "C2" in tiers:
             needs.append(1)
         return max(needs, default=0)

@@ -26,6 +26,7 @@ from typing import Any
 
 import sqlite_utils
 
+from .paths import blocking_file
 from .runref import find_run
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -157,7 +158,8 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise StoreFailure(f"cannot create the store's directory {path.parent}: {error.strerror or error}") from error
+            why = f"{blocker} is a file" if (blocker := blocking_file(path.parent)) else error.strerror or error
+            raise StoreFailure(f"cannot create the store's directory {path.parent}: {why}") from error
     conn: sqlite3.Connection | None = None
     try:
         if readonly:

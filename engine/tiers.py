@@ -38,6 +38,7 @@ from .gpuinfo import DriverInfo, cuda_supported
 from .gpuwatch import GpuUse, watch_for
 from .integrity import HOST_PATH, exit_canary, secure
 from .sandbox.base import ExecResult, SandboxError, is_remote, shares_engine_view
+from .wording import counted
 
 if TYPE_CHECKING:
     from .lifecycle import JobAttempt
@@ -308,7 +309,7 @@ class TierRunner:
         leased = len(self.attempt.lease.gpus)
         if leased < needed:
             return TierResult(tier, "skip", "insufficient_hardware",
-                              {"reason": f"needs {needed} GPU(s), host gave {leased}", "needed": needed, "leased": leased})
+                              {"reason": f"needs {counted(needed, 'GPU')}, host gave {leased}", "needed": needed, "leased": leased})
         return None
 
     # -- the import census, shared by C0, C2 and C5 -------------------------------------------

@@ -23,15 +23,20 @@ def tier_glyphs(tiers: dict[str, str | None]) -> str:
 def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -> list[dict[str, Any]]:
     """One row per job: where it ran, its state (with the category of the attempt that ended it:
     `state_text` is ``error/model_api``), the latest status of each tier in `scoring` (default: the
-    latest scoring), agent time, tokens and dollars (`cost_usd`: None when unknown)."""
+    latest scoring) and its category, agent time, elapsed time, tokens and dollars. Numbers stay numbers
+    (`agent_seconds`, `elapsed_s`, `tokens`, `cost_usd`; None when unknown) beside the `*_text` forms
+    that tables print."""
     if scoring is None:
         scoring, _ = choose_scoring(reader, run_id)
     where, params = scoring.where()
     tiers: dict[int, dict[str, str]] = {}
+    tier_categories: dict[int, dict[str, str | None]] = {}
     for result in reader.rows(
-        f"SELECT job_id, tier, status FROM tier_results WHERE run_id = ? AND {where} ORDER BY id", (run_id, *params)
+        f"SELECT job_id, tier, status, category FROM tier_results WHERE run_id = ? AND {where} ORDER BY id",
+        (run_id, *params),
     ):
         tiers.setdefault(result["job_id"], {})[result["tier"]] = result["status"]
+        tier_categories.setdefault(result["job_id"], {})[result["tier"]] = result["category"]
     agent_time = {
         row["job_id"]: row["seconds"] for row in reader.rows(
             "SELECT a.job_id, SUM(p.finished_at - p.started_at) AS seconds FROM phases p"
@@ -68,9 +73,12 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
             "infra": job["state"] == "error" and is_infra(category),
             "outside_denominators": job["state"] == "error" and is_infra(category),
             "where": where,
-            "tiers": tiers.get(job["id"], {}),
-            "agent_seconds": f"{seconds:.1f}" if seconds is not None else "—",
-            "elapsed": _elapsed(job),
+            "tiers": {tier: tiers.get(job["id"], {}).get(tier) for tier in TIERS},  # None: not scored
+            "tier_categories": {tier: tier_categories.get(job["id"], {}).get(tier) for tier in TIERS},
+            "agent_seconds": seconds,
+            "agent_time_text": f"{seconds:.1f}" if seconds is not None else "—",
+            "elapsed_s": (elapsed := _elapsed(job)),
+            "elapsed_text": f"{elapsed:.1f}s" if elapsed is not None else "—",
             **_spend(spend.get(job["id"])),
             "findings": findings.get(job["id"], []),
             "integrity": findings_summary(findings.get(job["id"], [])),
@@ -78,11 +86,11 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
     return rows
 
 
-def _elapsed(job: dict[str, Any]) -> str:
+def _elapsed(job: dict[str, Any]) -> float | None:
+    """Seconds since the job started, to its end if it ended; None if it never started."""
     if not job["started_at"]:
-        return "—"
-    end = job["finished_at"] or time.time()
-    return f"{end - job['started_at']:.1f}s"
+        return None
+    return (job["finished_at"] or time.time()) - job["started_at"]
 
 
 def _spend(row: dict[str, Any] | None) -> dict[str, Any]:

@@ -3,6 +3,8 @@ new scoring beside the original; the agent never runs again and the run's own ro
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import platform
 import shutil
@@ -98,10 +100,15 @@ def test_rescore_judges_the_kept_states_into_a_new_scoring(tmp_path, cli_env, mo
 
     # Reports read the latest scoring and name both rules versions; --scoring picks another.
     header = f"scoring: rescore 1 (rules 2099.01), original: rules {recorded}"
-    for fmt in ("md", "csv", "latex"):
+    for fmt in ("md", "latex"):
         shown = resenv("report", run_id, "--format", fmt, env=cli_env, cwd=tmp_path)
         assert shown.returncode == 0 and header in shown.stdout, (fmt, shown.stdout + shown.stderr)
         assert "not rescored: gone/a" in shown.stdout, (fmt, shown.stdout)
+    # CSV names the scoring in columns of every row, and a job it left out in the jobs table
+    shown = resenv("report", run_id, "--format", "csv", "--table", "jobs", env=cli_env, cwd=tmp_path)
+    table = list(csv.DictReader(io.StringIO(shown.stdout)))
+    assert {(row["scoring"], row["rules_version"]) for row in table} == {("rescore 1", "2099.01")}
+    assert {row["repo"]: row["not_rescored"] for row in table}["gone"] == "not_rescored"
     latest = json.loads(resenv("report", run_id, "--format", "json", env=cli_env, cwd=tmp_path).stdout)
     assert latest["scoring"]["label"] == "rescore 1" and latest["scoring"]["rules_version"] == "2099.01"
     assert latest["agents"]["a"]["tiers"]["C1"]["passed"] == 1

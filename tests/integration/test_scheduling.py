@@ -9,7 +9,6 @@ from pathlib import Path
 import yaml
 
 from ..conftest import resenv, write_benchmark
-from .test_controls import no_tiers
 from .test_engine_run import db_rows
 
 MAIN = "print('ok')\n"
@@ -88,6 +87,10 @@ def assert_agents_saw_their_lease(db: Path, leases: list[dict]) -> None:
         assert f"gpus={','.join(map(str, ids))} ngpus={len(ids)}" in texts, (row, texts)
 
 
+# C3 and C4 are the tiers that make a job lease GPUs (C2 would give every job one). The agent writes no
+# report, so they fail at once (missing_report): these tests are about the lease, not the scores.
+GPU_TIERS = ("--tiers", "C3,C4")
+
 HOSTS = """\
   big: {kind: local, slots: 2, gpus: [0, 1]}
   one: {kind: local, slots: 1, gpus: 1}
@@ -100,7 +103,7 @@ def test_jobs_lease_what_they_need_on_hosts_that_have_it(tmp_path, cli_env):
     needs = {"m1": 2, "m2": 2, "g1": 1, "g2": 1, "g3": 1, "c1": 0, "c2": 0, "c3": 0}
     bench = gpu_benchmark(tmp_path, needs, HOSTS)
     out = resenv("run", str(bench), "--host", "big", "--host", "one", "--host", "cpu", "--jobs", "8",
-                 "--display", "none", *no_tiers(), env=cli_env, cwd=tmp_path, timeout=90)
+                 "--display", "none", *GPU_TIERS, env=cli_env, cwd=tmp_path, timeout=90)
     assert out.returncode == 0, out.stderr
     db = Path(cli_env["RESENV_DB"])
 
@@ -143,7 +146,7 @@ def test_a_job_needing_more_gpus_than_any_host_has_gets_the_biggest_host(tmp_pat
     needs = {"m1": 2, "m2": 2, "c1": 0}
     bench = gpu_benchmark(tmp_path, needs, hosts)
     out = resenv("run", str(bench), "--host", "cpu", "--host", "one", "--jobs", "4", "--display", "none",
-                 *no_tiers(), env=cli_env, cwd=tmp_path, timeout=90)
+                 *GPU_TIERS, env=cli_env, cwd=tmp_path, timeout=90)
     assert out.returncode == 0, out.stderr
     db = Path(cli_env["RESENV_DB"])
     assert {j["state"] for j in db_rows(db, "SELECT state FROM jobs")} == {"done"}

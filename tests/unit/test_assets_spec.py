@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from resenv.engine.assets import AssetCache
 from resenv.engine.dryrun import plan_jobs, render_plan
 from resenv.engine.runs import RunPlan
 from resenv.engine.spec import HfAsset, SpecError, UrlAsset, loads_benchmark
@@ -20,6 +21,7 @@ def bench(assets: str):
 version: 1
 defaults: {{suite: s, agent: a}}
 agents: {{a: {{kind: command, command: ["true"]}}}}
+hosts: {{local: {{kind: local, gpus: 1}}}}
 suites:
   s:
     repos:
@@ -33,7 +35,7 @@ suites:
     return loads_benchmark(text, Path("."))
 
 
-def test_assets_validate_and_show_in_the_plan():
+def test_assets_validate_and_show_in_the_plan(tmp_path: Path):
     b = bench(f"""\
           - {{kind: hf, repo: org/model, revision: "{SHA.upper()}", size: 104857600, files: [w.pth], dest: checkpoints}}
           - {{kind: url, url: https://example.org/x.bin, sha256: "{SUM}", size: 2048}}
@@ -42,8 +44,9 @@ def test_assets_validate_and_show_in_the_plan():
     assert isinstance(hf, HfAsset) and hf.revision == SHA and hf.files == ("w.pth",)
     assert isinstance(url, UrlAsset) and url.dest is None
     plan = RunPlan(suite="s", agents=["a"], hosts=["local"])
-    text = render_plan(plan, plan_jobs(b, plan))
-    assert "assets hf:org/model@aaaaaaaaaaaa (100.0 MiB), url:https://example.org/x.bin (2.0 KiB)" in text
+    text = render_plan(plan_jobs(b, plan, AssetCache(tmp_path)))
+    assert ("assets hf:org/model@aaaaaaaaaaaa (100.0 MiB) [not cached], url:https://example.org/x.bin (2.0 KiB) "
+            "[not cached]") in text
     assert "r/a  tiers C0,C2,C3,C5  gpus 1" in text
 
 

@@ -103,6 +103,8 @@ def test_shipped_benchmark_validates() -> None:
         if repo.id == "torch-ddp":
             assert isinstance(tiers["single_gpu"], Entrypoint) and isinstance(tiers["multi_gpu"], Entrypoint)
             assert repo.gpus_needed() == 2
+            # only the selected tiers lease: none of C0, C1, C5 needs a GPU; C3 one; C4 its two
+            assert [repo.gpus_needed(tiers) for tiers in (("C0", "C1", "C5"), ("C3",), ("C1", "C3", "C4"))] == [0, 1, 2]
             continue
         assert tiers["single_gpu"] == tiers["multi_gpu"] == "no GPU code path"
         assert repo.gpus_needed(("C0", "C1", "C5")) == 0
