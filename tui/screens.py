@@ -190,7 +190,9 @@ class HelpScreen(ModalScreen[None]):
                 "engine's acknowledgement; refused with --readonly.")
         body = Group(
             Text("resenv-tui · keys and commands (the same list feeds the footer and ctrl+p)", "bold"), Text(""),
-            keyed, Text(""), Text("In the command palette only (ctrl+p, then type its name)", "bold"), palette,
+            keyed, Text("home end pgup pgdn  in every list and view; on a job's tiers they (and ← →) scroll the "
+                        "open tab", "grey62"),
+            Text(""), Text("In the command palette only (ctrl+p, then type its name)", "bold"), palette,
             Text(""), Text(note, "grey62"), Text.assemble(("tiers  ", "grey62"), LEGEND),
         )
         with VerticalScroll(id="help"):
