@@ -331,7 +331,7 @@ class OverviewScreen(DashScreen):
         rows = []
         for job in jobs:
             cells = job_cells(job, tiers, now)
-            rows.append((str(job.id), cells))
+            rows.append((str(job.id), dict(cells)))  # the table keeps (and updates) its own
             self._cells[job.id] = cells
             self._rows.add(job.id)
         table.add_keyed_rows(rows)
