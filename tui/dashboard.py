@@ -70,6 +70,7 @@ Screen.-wide #raw-files { width: 34; }
 .host-box { height: auto; border: round $secondary; padding: 0 1; margin: 0 0 1 0; }
 .host-jobs { margin-top: 1; }
 #runs, #matrix { height: 1fr; border: round $primary 60%; }
+#matrix { overflow-x: auto; }
 Screen.-narrow GpuRow > .gpu-mem { display: none; }
 Screen.-narrow GpuRow > .gpu-job { width: 22; }
 

@@ -1507,13 +1507,15 @@ class CompareScreen(DashScreen):
 
     def _show(self, result: dict[str, Any]) -> None:
         table = self.query_one("#matrix", FitTable)
-        table.set_columns([Column("repo", "repo", 16, min_width=8), Column("agent", "agent", 12, keep=1)]
+        # every column stays (a row is a repo and an agent; a column a run): names shrink, and more
+        # runs than the terminal holds scroll sideways
+        table.set_columns([Column("repo", "repo", 16, min_width=8), Column("agent", "agent", 12, min_width=6)]
                           + [Column(run_id, Text(f"{run_id}\n{TIER_HEADER}"), 20) for run_id in self.run_ids])
         totals: dict[str, dict[str, list[int]]] = {run_id: {} for run_id in self.run_ids}
         rows: list[tuple[str, dict[str, Any]]] = []
         for (repo, agent), per_run in sorted(result["cells"].items()):
             cells: dict[str, Any] = {"repo": Text(repo, no_wrap=True, overflow="ellipsis"),
-                                     "agent": Text(agent, no_wrap=True)}
+                                     "agent": Text(agent, no_wrap=True, overflow="ellipsis")}
             for run_id in self.run_ids:
                 if run_id not in per_run:
                     cells[run_id] = Text("not in this run", "grey42")

@@ -204,3 +204,21 @@ async def test_help_lists_palette_only_commands_as_palette_commands(fixture_stor
             assert row > heading, title
         await pilot.press("escape", "ctrl+p")
         await until(pilot, lambda: isinstance(app.screen, CommandPalette))
+
+
+async def test_compare_keeps_every_run_and_scrolls_sideways(fixture_store: Path, frozen: float) -> None:
+    from resenv.tui.screens import CompareScreen, HistoryScreen
+
+    app = make_app(fixture_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await overview(pilot)
+        await pilot.press("3")
+        await until(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen.runs)
+        await pilot.press("space", "space", "space", "c")  # three runs: more than 80 columns hold
+        await until(pilot, lambda: isinstance(app.screen, CompareScreen)
+                    and app.screen.query_one("#matrix", DataTable).row_count == 17)
+        matrix = app.screen.query_one("#matrix", DataTable)
+        assert [str(key.value) for key in matrix.columns][:2] == ["repo", "agent"] and len(matrix.columns) == 5
+        assert matrix.max_scroll_x > 0
+        await pilot.press("right")
+        await until(pilot, lambda: matrix.scroll_x > 0)
