@@ -44,6 +44,7 @@ FitTable { overflow-x: hidden; }
 #bottom { height: 9; }
 #pyramid { width: 1fr; height: 100%; border: round $secondary 60%; padding: 0 1; }
 #hoststrip { width: 56; height: 100%; border: round $secondary 60%; padding: 0 1; }
+Screen.-narrow #hoststrip { width: 46; }
 #filter, #history-filter { height: 1; border: none; padding: 0 1; background: $boost; }
 
 #job-header { height: auto; max-height: 3; padding: 0 1; }

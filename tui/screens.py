@@ -422,20 +422,24 @@ class OverviewScreen(DashScreen):
             eta = duration(elapsed / finished * (total - finished))
         elif finished == total and total:
             eta = "done"
-        left = Text.assemble(
-            ("resenv ", "bold magenta"), (f"{run.get('name', '')}", "bold"), ("  run ", "grey62"),
-            (feed.run_id, "bold"), ("  ● ", style), (state, style),
-        )
+        # A narrow terminal (80 columns) keeps the run's state and every count: the state goes
+        # first, the run's name and id are cut instead; the glyphs of the counts lose their words
+        # (the jobs table's legend has them) but errors and failing tiers keep theirs.
+        narrow = self.has_class("-narrow")
+        name = ((f"{run.get('name', '')}", "bold"), ("  run ", "grey62"), (feed.run_id, "bold"))
+        where = (("● ", style), (state, style), ("  ", ""), *name) if narrow else (
+            ("resenv ", "bold magenta"), *name, ("  ● ", style), (state, style))
+        left = Text.assemble(*where)
         if self.is_readonly():
             left.append("  READ-ONLY", "bold black on yellow")
         right = Text.assemble(("elapsed ", "grey62"), (duration(elapsed), "bold"), ("  ETA ", "grey62"), (eta, "bold"))
         line2 = Text.assemble(
             (f"{total} jobs  ", "bold"),
-            ("✓ ", "green"), (f"{counts.get('done', 0)} done  ", ""),
-            ("◐ ", "cyan"), (f"{counts.get('running', 0) + counts.get('paused', 0)} running  ", ""),
-            ("· ", "grey62"), (f"{counts.get('queued', 0)} queued  ", ""),
+            ("✓ ", "green"), (f"{counts.get('done', 0)}{'' if narrow else ' done'}  ", ""),
+            ("◐ ", "cyan"), (f"{counts.get('running', 0) + counts.get('paused', 0)}{'' if narrow else ' running'}  ", ""),
+            ("· ", "grey62"), (f"{counts.get('queued', 0)}{'' if narrow else ' queued'}  ", ""),
             ("! ", "bold red"), (f"{counts.get('error', 0)} error  ", ""),
-            ("✗ ", "bold red"), (f"{counts.get('failing', 0)} with failing tiers", ""),
+            ("✗ ", "bold red"), (f"{counts.get('failing', 0)} {'failing' if narrow else 'with failing tiers'}", ""),
         )
         if counts.get("cancelled"):
             line2.append(f"  ⊘ {counts['cancelled']} cancelled", "grey62")
@@ -469,7 +473,8 @@ class OverviewScreen(DashScreen):
             self.call_after_refresh(self._pyramid)
 
     def _hosts(self, now: float) -> None:
-        self.query_one("#hoststrip", Static).update(host_strip(self.feed.hosts, self.feed.gpu_series(), now))
+        spark = 8 if self.has_class("-narrow") else 16  # a narrow strip leaves the pyramid's counts room
+        self.query_one("#hoststrip", Static).update(host_strip(self.feed.hosts, self.feed.gpu_series(), now, spark))
 
     # -- commands ---------------------------------------------------------------------------------
     def selected_job(self) -> JobView | None:

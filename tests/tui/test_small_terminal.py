@@ -35,6 +35,9 @@ async def test_every_screen_works_at_80x24(name: str, fixture_store: Path, froze
             assert [line[2:4] for line in rendered] == ["C0", "C1", "C2", "C3", "C4", "C5"], text
             assert pyramid.content_region.height >= 8  # the error line (a job ended in error) fits too
             assert "1 err" in text and "! infra" in text
+            # the header keeps the run's state and every count (the run's name is what gets cut)
+            assert lines[0].startswith(" ● running") and "ETA" in lines[0], text
+            assert "! 1 error" in lines[1] and "✗ 3 failing" in lines[1] and "cost $5.00" in lines[1], text
         if name == "job_detail":
             transcript = app.screen.query_one("#transcript", Log)
             assert transcript.content_region.height >= 6, text
