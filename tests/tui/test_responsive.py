@@ -222,3 +222,21 @@ async def test_compare_keeps_every_run_and_scrolls_sideways(fixture_store: Path,
         assert matrix.max_scroll_x > 0
         await pilot.press("right")
         await until(pilot, lambda: matrix.scroll_x > 0)
+
+
+async def test_end_and_home_scroll_the_help(fixture_store: Path, frozen: float) -> None:
+    from textual.containers import VerticalScroll
+
+    app = make_app(fixture_store)
+    async with app.run_test(size=SMALL) as pilot:
+        await overview(pilot)
+        await pilot.press("question_mark")
+        await until(pilot, lambda: bool(app.screen.query("#help")))
+        scroll = app.screen.query_one("#help", VerticalScroll)
+        await until(pilot, lambda: scroll.max_scroll_y > 0)  # more than 24 rows hold
+        await pilot.press("end")
+        await until(pilot, lambda: scroll.scroll_y == scroll.max_scroll_y)
+        await pilot.press("pageup")
+        await until(pilot, lambda: scroll.scroll_y < scroll.max_scroll_y)
+        await pilot.press("home")
+        await until(pilot, lambda: scroll.scroll_y == 0)
