@@ -138,6 +138,8 @@ class ResenvApp(App[Any]):
     # -- the paint timer ------------------------------------------------------------------------
     def _paint(self) -> None:
         """Hand each screen its feed's coalesced changes; a screen updates only what changed."""
+        if not self.screen_stack:  # quitting: the timer can fire once more after the screens are gone
+            return
         screens = [screen for screen in self.screen_stack if isinstance(screen, DashScreen) and screen.mounted]
         feeds = {id(screen.feed): screen.feed for screen in screens if screen.feed is not None}
         for feed in feeds.values():
