@@ -97,13 +97,16 @@ def commands_for(screen_id: str) -> list[Command]:
     return [command for command in COMMANDS if command.applies_to(screen_id)]
 
 
-def bindings_for(screen_id: str) -> list[Binding]:
-    """Key bindings of one screen, from the registry; the first command to claim a key wins."""
+def bindings_for(screen_id: str, readonly: bool = False) -> list[Binding]:
+    """Key bindings of one screen, from the registry; the first command to claim a key wins.
+    `readonly`: the mutating commands keep their keys (pressing one says it is refused) but leave
+    the footer."""
     taken: set[str] = set()
     bindings = []
     for command in commands_for(screen_id):
         # A command whose main key another command took here stays out of the footer (ctrl+p finds it).
-        shown = command.footer and bool(command.keys) and command.keys[0] not in taken
+        shown = (command.footer and bool(command.keys) and command.keys[0] not in taken
+                 and not (readonly and command.mutating))
         for key in command.keys:
             if key in taken:
                 continue
@@ -116,14 +119,17 @@ def bindings_for(screen_id: str) -> list[Binding]:
     return bindings
 
 
-def help_rows() -> list[tuple[str, str, str, str]]:
-    """(keys, title, where, description) for every command, in registry order; `*` marks the
-    commands that change the run."""
+def help_rows(readonly: bool = False) -> list[tuple[str, str, str, str]]:
+    """(keys, title, where, description) for every command, in registry order; keys are "" for a
+    command only the palette runs; `*` marks the commands that change the run, which `readonly`
+    leaves out."""
     rows = []
     for command in COMMANDS:
+        if readonly and command.mutating:
+            continue
         where = "everywhere" if ALL in command.screens else " ".join(command.screens)
         title = command.title + (" *" if command.mutating else "")
-        rows.append((command.key_text or "(^p)", title, where, command.help))
+        rows.append((command.key_text, title, where, command.help))
     return rows
 
 
@@ -140,8 +146,9 @@ class RegistryProvider(Provider):
                     break
         if screen_id is None:
             return []
+        readonly = getattr(screen, "is_readonly", lambda: False)()
         return [(command, screen) for command in commands_for(screen_id)
-                if command.palette and command.name != "palette"]
+                if command.palette and command.name != "palette" and not (readonly and command.mutating)]
 
     @staticmethod
     def _label(command: Command) -> str:

@@ -44,19 +44,24 @@ FitTable { overflow-x: hidden; }
 #bottom { height: 9; }
 #pyramid { width: 1fr; height: 100%; border: round $secondary 60%; padding: 0 1; }
 #hoststrip { width: 56; height: 100%; border: round $secondary 60%; padding: 0 1; }
+Screen.-narrow #hoststrip { width: 46; }
 #filter, #history-filter { height: 1; border: none; padding: 0 1; background: $boost; }
 
 #job-header { height: auto; max-height: 3; padding: 0 1; }
-#job-top { height: 17; }
-#job-pyramid { width: 44; height: 100%; border: round $secondary 60%; content-align: center middle; }
+#job-top { height: 9; }
+Screen.-tall #job-top { height: 17; }
+#job-pyramid { display: none; width: 44; height: 100%; border: round $secondary 60%; content-align: center middle; }
+Screen.-wide #job-pyramid { display: block; }
 #tier-side { width: 1fr; }
 #tiers { height: 9; border: round $primary 60%; }
 #tiers:focus { border: round $primary; }
-#tier-detail { height: 1fr; border: round $secondary 60%; padding: 0 1; }
+#tier-detail { display: none; height: 1fr; border: round $secondary 60%; padding: 0 1; }
+Screen.-tall #tier-detail { display: block; }
 #tabs { height: 1fr; }
 #transcript, #raw-log, #file-preview { border: round $primary 40%; }
 #transcript:focus, #raw-log:focus { border: round $primary; }
-#raw-files { width: 34; border: round $secondary 60%; }
+#raw-files { width: 24; border: round $secondary 60%; }
+Screen.-wide #raw-files { width: 34; }
 #files { width: 50; border: round $secondary 60%; }
 #files-placeholder { width: 50; padding: 1; }
 #report { padding: 0 1; }
@@ -66,6 +71,9 @@ FitTable { overflow-x: hidden; }
 .host-box { height: auto; border: round $secondary; padding: 0 1; margin: 0 0 1 0; }
 .host-jobs { margin-top: 1; }
 #runs, #matrix { height: 1fr; border: round $primary 60%; }
+#matrix { overflow-x: auto; }
+Screen.-narrow GpuRow > .gpu-mem { display: none; }
+Screen.-narrow GpuRow > .gpu-job { width: 22; }
 
 ConfirmScreen { align: center middle; background: $background 60%; }
 #confirm { width: 84; max-width: 100%; height: auto; border: thick $error; background: $surface; padding: 1 2; }
@@ -80,6 +88,11 @@ HelpScreen { align: center middle; background: $background 60%; }
 class ResenvApp(App[Any]):
     TITLE = "resenv"
     CSS = CSS
+    # The screens' classes by terminal size, for CSS: 80×24 keeps the tiers table and the transcript
+    # whole; the job's pyramid (which shows the tiers table's statuses again) needs -wide, its
+    # selected tier's detail -tall.
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (36, "-tall")]
     COMMANDS = {RegistryProvider}
     NOTIFICATION_TIMEOUT = 6
 
@@ -125,6 +138,8 @@ class ResenvApp(App[Any]):
     # -- the paint timer ------------------------------------------------------------------------
     def _paint(self) -> None:
         """Hand each screen its feed's coalesced changes; a screen updates only what changed."""
+        if not self.screen_stack:  # quitting: the timer can fire once more after the screens are gone
+            return
         screens = [screen for screen in self.screen_stack if isinstance(screen, DashScreen) and screen.mounted]
         feeds = {id(screen.feed): screen.feed for screen in screens if screen.feed is not None}
         for feed in feeds.values():
@@ -215,7 +230,8 @@ class ResenvApp(App[Any]):
 
     def cmd_help(self) -> None:
         if not isinstance(self.screen, HelpScreen):
-            self.push_screen(HelpScreen())
+            screen = self.screen
+            self.push_screen(HelpScreen(readonly=isinstance(screen, DashScreen) and screen.is_readonly()))
 
     def cmd_palette(self) -> None:
         self.action_command_palette()

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingsMap
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import (
@@ -33,8 +33,9 @@ from . import data
 from .commands import BY_NAME, bindings_for, help_rows
 from .data import ALL_TIERS, Changes, JobView, RunFeed
 from .widgets import (
-    GLYPH, GLYPH_STYLE, LEGEND, LEGEND_MARKUP, OVERVIEW_COLUMNS, TIER_HEADER, FitTable, FixedSparkline, TranscriptHighlighter,
-    cost_text, duration, host_strip, job_cells, job_pyramid, pyramid_panel, state_text, tier_text, tokens_text,
+    GLYPH, GLYPH_STYLE, LEGEND, LEGEND_MARKUP, TIER_HEADER, Column, FitTable, FixedSparkline, FollowLog,
+    TranscriptHighlighter, cost_text, duration, host_strip, job_cells, job_pyramid, overview_columns, pyramid_panel,
+    state_text, tier_text, tokens_text,
 )
 
 if TYPE_CHECKING:
@@ -61,6 +62,9 @@ class DashScreen(Screen):
     mounted = False  # True once on_mount has built the widgets: the paint timer only feeds such screens
 
     def on_mount(self) -> None:  # Textual calls this besides (after) a subclass's own on_mount
+        if self.is_readonly():  # what read-only refuses is not offered: its keys leave the footer
+            self._bindings = BindingsMap(bindings_for(self.SCREEN_ID, readonly=True))
+            self.refresh_bindings()
         self.call_after_refresh(self._set_mounted)
 
     def _set_mounted(self) -> None:
@@ -160,22 +164,36 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 class HelpScreen(ModalScreen[None]):
+    """Every key, then the commands only the palette has; in read-only mode without the commands it refuses."""
+
     BINDINGS = [Binding("escape,q,question_mark", "close", "Close")]
 
-    def compose(self) -> ComposeResult:
+    def __init__(self, readonly: bool = False) -> None:
+        super().__init__()
+        self.readonly = readonly
+
+    @staticmethod
+    def _table(first: str) -> Table:
         table = Table(expand=True, box=None, header_style="bold", pad_edge=False)
-        table.add_column("keys", style="bold cyan", no_wrap=True, width=8)
+        table.add_column(first, style="bold cyan", no_wrap=True, width=8)
         table.add_column("command", no_wrap=True, width=20)
-        table.add_column("where", style="grey62", width=24)
-        table.add_column("what it does", style="grey85", ratio=1)
-        for keys, title, where, description in help_rows():
-            table.add_row(keys, title, where, description)
+        table.add_column("where", style="grey62", ratio=1)
+        table.add_column("what it does", style="grey85", ratio=2)
+        return table
+
+    def compose(self) -> ComposeResult:
+        keyed, palette = self._table("keys"), self._table("")
+        for keys, title, where, description in help_rows(readonly=self.readonly):
+            (keyed if keys else palette).add_row(keys, title, where, description)
+        note = ("read-only: pause, resume, retry and cancel are refused, so they are not listed."
+                if self.readonly else "* changes the run: asks for confirmation naming its target, then shows the "
+                "engine's acknowledgement; refused with --readonly.")
         body = Group(
             Text("resenv-tui · keys and commands (the same list feeds the footer and ctrl+p)", "bold"), Text(""),
-            table, Text(""),
-            Text("* changes the run: asks for confirmation naming its target, then shows the engine's "
-                 "acknowledgement; refused with --readonly.", "grey62"),
-            Text.assemble(("tiers  ", "grey62"), LEGEND),
+            keyed, Text("home end pgup pgdn  in every list and view; on a job's tiers they (and ← →) scroll the "
+                        "open tab", "grey62"),
+            Text(""), Text("In the command palette only (ctrl+p, then type its name)", "bold"), palette,
+            Text(""), Text(note, "grey62"), Text.assemble(("tiers  ", "grey62"), LEGEND),
         )
         with VerticalScroll(id="help"):
             yield Static(body)
@@ -202,7 +220,7 @@ class OverviewScreen(DashScreen):
         self.filter_text = ""
         self._filter_dirty = False
         self._rows: set[int] = set()
-        self._cells: dict[int, tuple[Any, ...]] = {}
+        self._cells: dict[int, dict[str, Any]] = {}
         self._sort_keys: dict[int, Any] = {}
         self._dirty: set[int] = set()
         self._table_at = 0.0
@@ -210,7 +228,7 @@ class OverviewScreen(DashScreen):
 
     def compose(self) -> ComposeResult:
         yield Static(id="run-header")
-        yield FitTable(id="jobs", cursor_type="row", zebra_stripes=True, fill="repo", fill_min=16)
+        yield FitTable(id="jobs", cursor_type="row", zebra_stripes=True, columns=overview_columns(()))
         with Horizontal(id="bottom"):
             yield Static(id="pyramid")
             yield Static(id="hoststrip")
@@ -218,10 +236,7 @@ class OverviewScreen(DashScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#jobs", DataTable)
-        for key, label, width in OVERVIEW_COLUMNS:
-            table.add_column(label, key=key, width=width)
-        table.fit()
+        self.query_one("#jobs", FitTable).fit()
         self.query_one("#pyramid", Static).border_title = "Pyramid · C0–C4 passed/judged per agent"
         self.query_one("#hoststrip", Static).border_title = "Hosts · GPU util (0–100 %)"
         self.query_one("#run-header", Static).update(Text("loading run…", "grey50"))
@@ -308,6 +323,7 @@ class OverviewScreen(DashScreen):
         keys = {job.id: self._sort_key(job, now) for job in jobs}
         jobs.sort(key=lambda job: keys[job.id])
         table.clear()
+        table.set_columns(overview_columns(self.feed.jobs.values()))  # widths for every job, filtered or not
         self._rows = set()
         self._cells = {}
         self._sort_keys = keys
@@ -315,7 +331,7 @@ class OverviewScreen(DashScreen):
         rows = []
         for job in jobs:
             cells = job_cells(job, tiers, now)
-            rows.append((str(job.id), cells))
+            rows.append((str(job.id), dict(cells)))  # the table keeps (and updates) its own
             self._cells[job.id] = cells
             self._rows.add(job.id)
         table.add_keyed_rows(rows)
@@ -324,7 +340,7 @@ class OverviewScreen(DashScreen):
         self._table_title()
 
     def _update_rows(self, ids: set[int], now: float) -> None:
-        table = self.query_one("#jobs", DataTable)
+        table = self.query_one("#jobs", FitTable)
         tiers = self.feed.tiers_selected
         resort = False
         membership_changed = False
@@ -340,9 +356,9 @@ class OverviewScreen(DashScreen):
                 continue
             cells = job_cells(job, tiers, now)
             old = self._cells.get(job_id)
-            for index, (column, _, _) in enumerate(OVERVIEW_COLUMNS):
-                if old is None or cells[index] != old[index]:
-                    table.update_cell(str(job_id), column, cells[index])
+            for column, value in cells.items():
+                if old is None or value != old.get(column):
+                    table.update_cell(str(job_id), column, value)
             self._cells[job_id] = cells
             key = self._sort_key(job, now)
             if key != self._sort_keys.get(job_id):
@@ -406,20 +422,24 @@ class OverviewScreen(DashScreen):
             eta = duration(elapsed / finished * (total - finished))
         elif finished == total and total:
             eta = "done"
-        left = Text.assemble(
-            ("resenv ", "bold magenta"), (f"{run.get('name', '')}", "bold"), ("  run ", "grey62"),
-            (feed.run_id, "bold"), ("  ● ", style), (state, style),
-        )
+        # A narrow terminal (80 columns) keeps the run's state and every count: the state goes
+        # first, the run's name and id are cut instead; the glyphs of the counts lose their words
+        # (the jobs table's legend has them) but errors and failing tiers keep theirs.
+        narrow = self.has_class("-narrow")
+        name = ((f"{run.get('name', '')}", "bold"), ("  run ", "grey62"), (feed.run_id, "bold"))
+        where = (("● ", style), (state, style), ("  ", ""), *name) if narrow else (
+            ("resenv ", "bold magenta"), *name, ("  ● ", style), (state, style))
+        left = Text.assemble(*where)
         if self.is_readonly():
             left.append("  READ-ONLY", "bold black on yellow")
         right = Text.assemble(("elapsed ", "grey62"), (duration(elapsed), "bold"), ("  ETA ", "grey62"), (eta, "bold"))
         line2 = Text.assemble(
             (f"{total} jobs  ", "bold"),
-            ("✓ ", "green"), (f"{counts.get('done', 0)} done  ", ""),
-            ("◐ ", "cyan"), (f"{counts.get('running', 0) + counts.get('paused', 0)} running  ", ""),
-            ("· ", "grey62"), (f"{counts.get('queued', 0)} queued  ", ""),
+            ("✓ ", "green"), (f"{counts.get('done', 0)}{'' if narrow else ' done'}  ", ""),
+            ("◐ ", "cyan"), (f"{counts.get('running', 0) + counts.get('paused', 0)}{'' if narrow else ' running'}  ", ""),
+            ("· ", "grey62"), (f"{counts.get('queued', 0)}{'' if narrow else ' queued'}  ", ""),
             ("! ", "bold red"), (f"{counts.get('error', 0)} error  ", ""),
-            ("✗ ", "bold red"), (f"{counts.get('failing', 0)} with failing tiers", ""),
+            ("✗ ", "bold red"), (f"{counts.get('failing', 0)} {'failing' if narrow else 'with failing tiers'}", ""),
         )
         if counts.get("cancelled"):
             line2.append(f"  ⊘ {counts['cancelled']} cancelled", "grey62")
@@ -453,7 +473,8 @@ class OverviewScreen(DashScreen):
             self.call_after_refresh(self._pyramid)
 
     def _hosts(self, now: float) -> None:
-        self.query_one("#hoststrip", Static).update(host_strip(self.feed.hosts, self.feed.gpu_series(), now))
+        spark = 8 if self.has_class("-narrow") else 16  # a narrow strip leaves the pyramid's counts room
+        self.query_one("#hoststrip", Static).update(host_strip(self.feed.hosts, self.feed.gpu_series(), now, spark))
 
     # -- commands ---------------------------------------------------------------------------------
     def selected_job(self) -> JobView | None:
@@ -462,13 +483,16 @@ class OverviewScreen(DashScreen):
 
     @on(DataTable.RowSelected, "#jobs")
     def _row_selected(self, event: DataTable.RowSelected) -> None:
-        self.cmd_open()
+        """Enter (or a click) opens the job of the row it was on, whatever a re-sort did since."""
+        if event.row_key.value is not None:
+            self._open(int(event.row_key.value))
 
     def cmd_open(self) -> None:
-        job = self.selected_job()
-        if job is None:
-            return
-        self.app.push_screen(JobScreen(self.feed, job.id, readonly=self.readonly))
+        self._open(self._selected_id())
+
+    def _open(self, job_id: int | None) -> None:
+        if job_id is not None and job_id in self.feed.jobs:
+            self.app.push_screen(JobScreen(self.feed, job_id, readonly=self.readonly))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "run_command" and parameters == ("back",) and self.base and not self.filter_text:
@@ -544,8 +568,24 @@ class OverviewScreen(DashScreen):
 
 
 # -- job detail -----------------------------------------------------------------------------------
-TIER_COLUMNS = (("tier", "tier", 4), ("status", "status", 10), ("category", "category", 17), ("exit", "exit", 4),
-                ("time", "time", 6), ("command", "command / reason", 20))
+def tier_columns(category: int = 8) -> list[Column]:
+    """The tiers table's columns: the category as wide as the longest one shown (never cut:
+    `insufficient_hardware`), the command taking what is left; a narrow table drops time, then exit."""
+    return [Column("tier", "tier", 4), Column("status", "status", 10), Column("category", "category", max(8, category)),
+            Column("exit", "exit", 4, keep=3), Column("time", "time", 6, keep=4),
+            Column("command", "command/reason", 14, keep=2, min_width=10)]
+
+
+class TierTable(FitTable):
+    """The job screen's tiers: its six rows always fit, so Home/End/PageUp/PageDown (and ←/→, which
+    a row cursor does not use) scroll the open tab (transcript, raw log, report, file) instead, as
+    they would with that tab focused: long log lines scroll sideways."""
+
+    BINDINGS = [Binding(key, f"screen.scroll_tab('{action}')", show=False)
+                for key, action in (("home", "scroll_home"), ("end", "scroll_end"), ("pageup", "page_up"),
+                                    ("pagedown", "page_down"), ("left", "scroll_left"), ("right", "scroll_right"))]
+
+
 CLAIMS = (
     ("python_path", "python_path", "python_path"),
     ("python_version", "python_version", "python_version"),
@@ -763,19 +803,19 @@ class JobScreen(DashScreen):
         with Horizontal(id="job-top"):
             yield Static(id="job-pyramid")
             with Vertical(id="tier-side"):
-                yield FitTable(id="tiers", cursor_type="row", fill="command", fill_min=10)
+                yield TierTable(id="tiers", cursor_type="row", columns=tier_columns(), fill="command")
                 yield Static(id="tier-detail")
         with TabbedContent(id="tabs"):
             with TabPane("Transcript", id="tab-transcript"):
-                log = Log(id="transcript", highlight=True, max_lines=100_000)
+                log = FollowLog(id="transcript", highlight=True, max_lines=100_000)
                 log.highlighter = TranscriptHighlighter()
                 yield log
             with TabPane("Raw log", id="tab-raw"):
                 with Horizontal():
                     yield OptionList(id="raw-files")
-                    yield Log(id="raw-log", max_lines=200_000)
+                    yield FollowLog(id="raw-log", max_lines=200_000)
             with TabPane("Report vs probes", id="tab-report"):
-                with VerticalScroll():
+                with VerticalScroll(id="report-scroll"):
                     yield Static(id="report")
             with TabPane("Files", id="tab-files"):
                 with Horizontal(id="files-row"):
@@ -784,29 +824,16 @@ class JobScreen(DashScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#tiers", DataTable)
-        for key, label, width in TIER_COLUMNS:
-            table.add_column(label, key=key, width=width)
-        for tier in ALL_TIERS:
-            table.add_row(tier, "", "", "", "", "", key=tier)
+        table = self.query_one("#tiers", TierTable)
         table.fit()
+        table.add_keyed_rows((tier, {"tier": tier}) for tier in ALL_TIERS)
         self.query_one("#job-pyramid", Static).border_title = "Pyramid"
         self.query_one("#tiers", DataTable).border_title = "Tiers · r retries the selected one"
         self.query_one("#transcript", Log).border_title = "following ▼"
         self.query_one("#raw-files", OptionList).border_title = "raw files"
-        self._fit_top(self.app.size.width, self.app.size.height)
         self._header()
         self._load_detail()
         table.focus()
-
-    def on_resize(self, event: Any) -> None:
-        self._fit_top(event.size.width, event.size.height)
-
-    def _fit_top(self, width: int, height: int) -> None:
-        """A small terminal (80×24) keeps rows for the transcript and columns for the tiers: the
-        pyramid and the tiers table shrink first."""
-        self.query_one("#job-top").styles.height = 17 if height >= 36 else max(8, height - 16)
-        self.query_one("#job-pyramid").styles.width = 44 if width >= 110 else 28
 
     def when_mounted(self) -> None:
         self.feed.watch(self.job_id)  # backfill, then every new line, through apply_changes
@@ -900,7 +927,8 @@ class JobScreen(DashScreen):
         statuses = job.tier_display(scored) if job else {}
         for tier, result in results.items():
             statuses[tier] = result["status"]
-        table = self.query_one("#tiers", DataTable)
+        table = self.query_one("#tiers", TierTable)
+        categories = []
         for tier in ALL_TIERS:
             result = results.get(tier)
             status = statuses.get(tier)
@@ -926,6 +954,8 @@ class JobScreen(DashScreen):
             }
             for column, value in cells.items():
                 table.update_cell(tier, column, value)
+            categories.append(len(category))
+        table.set_columns(tier_columns(max(categories)))
         self.statuses = statuses
         table.border_subtitle = detail.get("scoring") or ""
         if self.selected_tier is None or (self.selected_tier not in scored and not detail.get("_moved")):
@@ -947,7 +977,8 @@ class JobScreen(DashScreen):
 
     def _tier_detail(self) -> None:
         statuses = getattr(self, "statuses", {})
-        self.query_one("#job-pyramid", Static).update(job_pyramid(statuses, self.selected_tier))
+        pyramid = self.query_one("#job-pyramid", Static)
+        pyramid.update(job_pyramid(statuses, self.selected_tier, max(16, (pyramid.content_region.width or 42) - 1)))
         tier = self.selected_tier or "C0"
         result = (self.detail or {}).get("results", {}).get(tier)
         widget = self.query_one("#tier-detail", Static)
@@ -1055,6 +1086,14 @@ class JobScreen(DashScreen):
             preview.write_line(f"(binary file, {event.path.stat().st_size:,} bytes)")
             return
         preview.write_lines(head.decode(errors="replace").splitlines())
+
+    def action_scroll_tab(self, action: str) -> None:
+        """Home/End/PageUp/PageDown/←/→ on the tiers table: the open tab's view scrolls."""
+        tabs = self.query_one("#tabs", TabbedContent)
+        view = {"tab-transcript": "#transcript", "tab-raw": "#raw-log", "tab-report": "#report-scroll",
+                "tab-files": "#file-preview"}.get(tabs.active, "#transcript")
+        getattr(self.query_one(view), f"action_{action}")()
+        self._follow_title()
 
     # -- commands -----------------------------------------------------------------------------------
     def cmd_follow(self) -> None:
@@ -1282,8 +1321,10 @@ def rates_text(tiers: dict[str, dict[str, int]]) -> Text:
 class HistoryScreen(DashScreen):
     SCREEN_ID = "history"
     BINDINGS = bindings_for("history")
-    COLUMNS = (("run", "run", 22), ("name", "name", 16), ("state", "state", 11), ("jobs", "jobs", 5),
-               ("rates", RATES_HEADER, 24), ("tokens", "tokens", 6), ("cost", "cost", 8), ("duration", "time", 7))
+    COLUMNS = (Column("run", "run", 22), Column("name", "name", 16, keep=1, min_width=8),
+               Column("state", "state", 11, keep=2), Column("jobs", "jobs", 5, keep=6),
+               Column("rates", RATES_HEADER, 24), Column("tokens", "tokens", 6, keep=5),
+               Column("cost", "cost", 8, keep=4), Column("duration", "time", 7, keep=3))
 
     def __init__(self) -> None:
         super().__init__()
@@ -1298,14 +1339,12 @@ class HistoryScreen(DashScreen):
                                    ("\nenter opens a run read-only · space marks · c compares the marked runs "
                                     "(repo × run pyramids)", "grey50")),
                      id="history-header")
-        yield FitTable(id="runs", cursor_type="row", zebra_stripes=True, fill="name", fill_min=16)
+        yield FitTable(id="runs", cursor_type="row", zebra_stripes=True, columns=self.COLUMNS, fill="name")
         yield Input(id="history-filter", placeholder="filter runs")
         yield Footer()
 
     def on_mount(self) -> None:
         table = self.query_one("#runs", FitTable)
-        for key, label, width in self.COLUMNS:
-            table.add_column(label, key=key, width=width)
         table.fit()
         table.border_title = "Runs · pass rate per tier in % (passed/judged, latest result per job and tier)"
         self.query_one("#history-filter", Input).display = False
@@ -1342,21 +1381,22 @@ class HistoryScreen(DashScreen):
         end = run.get("finished_at") or (time.time() if run.get("live") else run.get("heartbeat_at")) or run["started_at"]
         return end - run["started_at"]
 
-    def _cells(self, run: dict[str, Any]) -> tuple[Any, ...]:
+    def _cells(self, run: dict[str, Any]) -> dict[str, Any]:
         state = run["state"]
         if state in ("running", "paused") and not run.get("live"):
             state = "interrupted"
         marked = run["id"] in self.marked
-        return (
-            Text.assemble(("✱ " if marked else "  ", "bold yellow"), (run["id"], "bold yellow" if marked else "bold")),
-            Text(run["name"], no_wrap=True, overflow="ellipsis"),
-            state_text(state) if state in ("running", "paused")
+        return {
+            "run": Text.assemble(("✱ " if marked else "  ", "bold yellow"),
+                                 (run["id"], "bold yellow" if marked else "bold")),
+            "name": Text(run["name"], no_wrap=True, overflow="ellipsis"),
+            "state": state_text(state) if state in ("running", "paused")
             else Text(state, {"finished": "green", "interrupted": "yellow", "cancelled": "grey50"}.get(state, "")),
-            Text(str(run["jobs"]), justify="right"), rates_text(run["tiers"]),
-            Text(tokens_text(run["tokens"]), justify="right"),
-            Text(cost_text(run["cost"], run.get("cost_partial", False)), justify="right"),
-            Text(duration(self._duration(run) or None), justify="right"),
-        )
+            "jobs": Text(str(run["jobs"]), justify="right"), "rates": rates_text(run["tiers"]),
+            "tokens": Text(tokens_text(run["tokens"]), justify="right"),
+            "cost": Text(cost_text(run["cost"], run.get("cost_partial", False)), justify="right"),
+            "duration": Text(duration(self._duration(run) or None), justify="right"),
+        }
 
     def _show(self, runs: list[dict[str, Any]]) -> None:
         self.runs = runs
@@ -1372,14 +1412,13 @@ class HistoryScreen(DashScreen):
         if ids != self._shown:
             selected = self._selected()
             table.clear()
-            for run in runs:
-                table.add_row(*self._cells(run), key=run["id"])
+            table.add_keyed_rows((run["id"], self._cells(run)) for run in runs)
             self._shown = ids
             if selected in ids:
                 table.move_cursor(row=ids.index(selected), animate=False)
         else:
             for run in runs:
-                for (column, _, _), value in zip(self.COLUMNS, self._cells(run)):
+                for column, value in self._cells(run).items():
                     if table.get_cell(run["id"], column) != value:
                         table.update_cell(run["id"], column, value)
         table.border_subtitle = f"{len(ids)} runs · sorted by {HISTORY_SORTS[self.sort_mode]}" + (
@@ -1460,7 +1499,7 @@ class CompareScreen(DashScreen):
 
     def compose(self) -> ComposeResult:
         yield Static(id="compare-header")
-        yield FitTable(id="matrix", cursor_type="row", zebra_stripes=True, fill="repo", fill_min=16, header_height=2)
+        yield FitTable(id="matrix", cursor_type="row", zebra_stripes=True, fill="repo", header_height=2)
         yield Footer()
 
     def on_mount(self) -> None:
@@ -1473,17 +1512,18 @@ class CompareScreen(DashScreen):
 
     def _show(self, result: dict[str, Any]) -> None:
         table = self.query_one("#matrix", FitTable)
-        table.add_column("repo", key="repo", width=16)
-        table.add_column("agent", key="agent", width=12)
-        for run_id in self.run_ids:
-            table.add_column(Text(f"{run_id}\n{TIER_HEADER}"), key=run_id, width=20)
-        table.fit()
+        # every column stays (a row is a repo and an agent; a column a run): names shrink, and more
+        # runs than the terminal holds scroll sideways
+        table.set_columns([Column("repo", "repo", 16, min_width=8), Column("agent", "agent", 12, min_width=6)]
+                          + [Column(run_id, Text(f"{run_id}\n{TIER_HEADER}"), 20) for run_id in self.run_ids])
         totals: dict[str, dict[str, list[int]]] = {run_id: {} for run_id in self.run_ids}
+        rows: list[tuple[str, dict[str, Any]]] = []
         for (repo, agent), per_run in sorted(result["cells"].items()):
-            cells: list[Any] = [Text(repo, no_wrap=True, overflow="ellipsis"), Text(agent, no_wrap=True)]
+            cells: dict[str, Any] = {"repo": Text(repo, no_wrap=True, overflow="ellipsis"),
+                                     "agent": Text(agent, no_wrap=True, overflow="ellipsis")}
             for run_id in self.run_ids:
                 if run_id not in per_run:
-                    cells.append(Text("not in this run", "grey42"))
+                    cells[run_id] = Text("not in this run", "grey42")
                     continue
                 statuses = {tier: per_run[run_id].get(tier) or "pending" for tier in ALL_TIERS}
                 for tier, status in statuses.items():
@@ -1491,12 +1531,13 @@ class CompareScreen(DashScreen):
                     if status in ("pass", "fail"):
                         tally[1] += 1
                         tally[0] += status == "pass"
-                cells.append(tier_text(statuses))
-            table.add_row(*cells, key=f"{repo}/{agent}")
-        summary: list[Any] = [Text("passed per tier", "bold"), ""]
+                cells[run_id] = tier_text(statuses)
+            rows.append((f"{repo}/{agent}", cells))
+        summary: dict[str, Any] = {"repo": Text("passed per tier", "bold"), "agent": ""}
         for run_id in self.run_ids:
-            summary.append(Text("".join(f"{totals[run_id].get(t, [0, 0])[0]:<3}" for t in ALL_TIERS).rstrip(), "bold"))
-        table.add_row(*summary, key="__total__")
+            summary[run_id] = Text("".join(f"{totals[run_id].get(t, [0, 0])[0]:<3}" for t in ALL_TIERS).rstrip(), "bold")
+        rows.append(("__total__", summary))
+        table.add_keyed_rows(rows)
         names = "  ".join(f"{run_id} = {(result['runs'].get(run_id) or {}).get('name', '?')}" for run_id in self.run_ids)
         self.query_one("#compare-header", Static).update(Group(
             Text.assemble(("Compare", "bold"), (f" · {len(result['cells'])} repo/agent pairs × {len(self.run_ids)} runs",

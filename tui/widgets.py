@@ -1,11 +1,12 @@
-"""Small widgets and renderers of the dashboard: tier glyphs, pyramids, a fixed-scale sparkline,
-the host strip and the transcript highlighter."""
+"""Small widgets and renderers of the dashboard: tier glyphs, pyramids, the fitted tables, a
+fixed-scale sparkline, the host strip, the following log and the transcript highlighter."""
 
 from __future__ import annotations
 
 import math
 import re
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from textual import events
 from textual.reactive import reactive
 from textual.widget import Widget
 from textual.geometry import Size
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Log
 from textual.widgets.data_table import ColumnKey, DuplicateKey, Row, RowKey
 
 from ..engine.money import usd
@@ -109,51 +110,167 @@ def cost_text(cost: float | None, partial: bool = False) -> str:
     return usd(cost, partial)
 
 
-def job_cells(job: JobView, selected: Sequence[str], now: float) -> tuple[Any, ...]:
-    """The overview row of one job, in OVERVIEW_COLUMNS order. Plain strings where they will do
-    (DataTable renders only the visible ones; building 10,000 Text objects per rebuild is what costs),
-    escaped because DataTable reads strings as markup; numbers padded to their column's width."""
-    return (
-        job.id, escape(job.repo), escape(job.agent), escape(job.where),
-        state_text(job.state, job.category, short=True) if not job.queue else queue_state_text(job.queue),
-        tier_text(job.tier_display(selected)), str(job.attempts) if job.attempts else "—",
-        f"{tokens_text(job.tokens):>6}", f"{job.cost_text:>8}", f"{duration(job.elapsed(now)):>7}",
-    )
+def job_cells(job: JobView, selected: Sequence[str], now: float) -> dict[str, Any]:
+    """The overview row of one job, by column key. Plain strings where they will do (DataTable
+    renders only the visible ones; building 10,000 Text objects per rebuild is what costs), escaped
+    because DataTable reads strings as markup; numbers padded to their column's width."""
+    return {
+        "id": job.id, "repo": escape(job.repo), "agent": escape(job.agent), "where": escape(job.where),
+        "state": state_text(job.state, job.category, short=True) if not job.queue else queue_state_text(job.queue),
+        "tiers": tier_text(job.tier_display(selected)), "attempt": str(job.attempts) if job.attempts else "—",
+        "tokens": f"{tokens_text(job.tokens):>6}", "cost": f"{job.cost_text:>8}",
+        "elapsed": f"{duration(job.elapsed(now)):>7}",
+    }
 
 
-OVERVIEW_COLUMNS: tuple[tuple[str, str, int], ...] = (
-    ("id", "#", 4), ("repo", "repo", 18), ("agent", "agent", 12), ("where", "host:GPU", 12),
-    ("state", "state", 11), ("tiers", TIER_HEADER, 17), ("attempt", "try", 3), ("tokens", "tokens", 6),
-    ("cost", "cost", 8), ("elapsed", "elapsed", 7),
-)
+@dataclass(frozen=True)
+class Column:
+    """One column of a FitTable. `width`: the cells it wants; `keep`: its rank when the table is too
+    narrow for every column (0 never goes, the highest goes first); `min_width`: how far it may shrink
+    (its cells end in an ellipsis) to save a column from going."""
+
+    key: str
+    label: str | Text
+    width: int
+    keep: int = 0
+    min_width: int | None = None
+
+
+def fit_columns(columns: Sequence[Column], room: int, padding: int = 1) -> dict[str, int]:
+    """The columns that fit in `room` cells and their widths, in table order. Columns go by rank
+    (highest `keep` first) until the rest fit, shrunk if need be; a column shrinks only when that
+    saves one from going."""
+    shown = list(columns)
+
+    def need(cols: Sequence[Column], shrunk: bool) -> int:
+        return sum((col.min_width if shrunk and col.min_width else col.width) + 2 * padding for col in cols)
+
+    while need(shown, False) > room and need(shown, True) > room:
+        droppable = [col for col in shown if col.keep]
+        if not droppable:
+            break
+        shown.remove(max(droppable, key=lambda col: col.keep))
+    widths = {col.key: col.width for col in shown}
+    excess = need(shown, False) - room
+    for col in sorted(shown, key=lambda col: -col.keep):
+        if excess <= 0:
+            break
+        if col.min_width is not None:
+            cut = min(excess, col.width - col.min_width)
+            widths[col.key] -= cut
+            excess -= cut
+    return widths
+
+
+def overview_columns(jobs: Iterable[JobView]) -> list[Column]:
+    """The jobs table's columns, each as wide as what it holds (a repo column of short names is
+    narrow at any terminal width). C0–C5, state and # never go; then, as the terminal narrows, try,
+    host:GPU, tokens, cost, elapsed, agent and last repo go."""
+    jobs = list(jobs)
+
+    def widest(values: Iterable[str], low: int, high: int) -> int:
+        return max(low, min(high, max((len(value) for value in values), default=low)))
+
+    repo = widest((job.repo for job in jobs), 4, 40)
+    agent = widest((job.agent for job in jobs), 5, 24)
+    return [
+        Column("id", "#", widest((str(job.id) for job in jobs), 1, 6)),
+        Column("repo", "repo", repo, keep=1, min_width=min(repo, 12)),
+        Column("agent", "agent", agent, keep=2, min_width=min(agent, 8)),
+        Column("where", "host:GPU", widest((job.where for job in jobs), 8, 16), keep=6),
+        Column("state", "state", 11),
+        Column("tiers", TIER_HEADER, 17),
+        Column("attempt", "try", 3, keep=7),
+        Column("tokens", "tokens", 6, keep=5),
+        Column("cost", "cost", 8, keep=4),
+        Column("elapsed", "elapsed", 7, keep=3),
+    ]
 
 
 class FitTable(DataTable):
-    """A DataTable whose `fill` column takes the width the other (fixed-width) columns leave."""
+    """A DataTable that lays its columns out for its width (see `fit_columns`): columns go by rank
+    when it is narrow, and the `fill` column (if any) takes the cells the others leave.
 
-    def __init__(self, *args: Any, fill: str | None = None, fill_min: int = 8, **kwargs: Any) -> None:
+    It keeps every cell of every row, shown or not, so a column that comes back on a wider terminal
+    has its values, and `update_cell`/`get_cell` work for any column the table was given."""
+
+    def __init__(self, *args: Any, columns: Sequence[Column] = (), fill: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.specs: tuple[Column, ...] = tuple(columns)
         self.fill = fill
-        self.fill_min = fill_min
+        self._cells: dict[str, dict[str, Any]] = {}
+
+    @property
+    def shown(self) -> tuple[str, ...]:
+        """The keys of the columns on screen, in order."""
+        return tuple(str(key.value) for key in self.columns)
+
+    def set_columns(self, columns: Sequence[Column]) -> None:
+        """New column specs (e.g. content widths changed): lay the table out again."""
+        if tuple(columns) != self.specs:
+            self.specs = tuple(columns)
+            self.fit()
 
     def _on_resize(self, event: events.Resize) -> None:
         super()._on_resize(event)
         self.fit()
 
-    def add_keyed_rows(self, rows: Iterable[tuple[str, Sequence[Any]]]) -> None:
-        """`add_row(*cells, key=key)` for many one-line rows, with the per-row bookkeeping done once
-        (10,000 rows take tens of milliseconds instead of seconds)."""
+    def fit(self) -> None:
+        """Lay the columns out for the current width; rows are re-added when the shown set changes."""
+        if not self.specs:
+            return
+        room = (self.size.width or 200) - 2  # 2: the vertical scrollbar
+        widths = fit_columns(self.specs, room, self.cell_padding)
+        if self.fill in widths:
+            used = sum(width + 2 * self.cell_padding for width in widths.values())
+            widths[self.fill] += max(0, room - used)
+        if tuple(widths) != self.shown:
+            self._relayout(widths)
+            return
+        changed = False
+        for key, width in widths.items():
+            column = self.columns[ColumnKey(key)]
+            if column.width != width or column.auto_width:
+                column.width, column.auto_width, changed = width, False, True
+        if changed:
+            self._clear_caches()
+            self._require_update_dimensions = True
+            self.refresh()
+
+    def _relayout(self, widths: dict[str, int]) -> None:
+        order = [str(row.key.value) for row in self.ordered_rows]
+        cursor = self.cursor_row
+        cells = self._cells
+        super().clear(columns=True)
+        self._cells = {}
+        for spec in self.specs:
+            if spec.key in widths:
+                self.add_column(spec.label, key=spec.key, width=widths[spec.key])
+        self.add_keyed_rows((key, cells[key]) for key in order)
+        if order:
+            self.move_cursor(row=min(cursor, len(order) - 1), animate=False)
+
+    def clear(self, columns: bool = False) -> FitTable:
+        self._cells = {}
+        super().clear(columns)
+        return self
+
+    def add_keyed_rows(self, rows: Iterable[tuple[str, dict[str, Any]]]) -> None:
+        """`add_row(*cells, key=key)` for many one-line rows given as {column key: cell}, with the
+        per-row bookkeeping done once (10,000 rows take tens of milliseconds instead of seconds)."""
         columns = [column.key for column in self.ordered_columns]
-        locations, data, row_map, new_rows = self._row_locations, self._data, self.rows, self._new_rows
+        names = [str(column.value) for column in columns]
+        locations, data, row_map, new_rows, kept = self._row_locations, self._data, self.rows, self._new_rows, self._cells
         was_empty = not row_map
         index = len(row_map)
         for key, cells in rows:
             row_key = RowKey(key)
             if row_key in locations:
                 raise DuplicateKey(f"The row key {row_key!r} already exists.")
+            kept[key] = cells  # the table's own from now on: update_cell changes it
             locations[row_key] = index
             index += 1
-            data[row_key] = dict(zip(columns, cells))
+            data[row_key] = dict(zip(columns, map(cells.get, names)))
             row_map[row_key] = Row(row_key, 1, None, False)
             new_rows.add(row_key)
         self._require_update_dimensions = True
@@ -162,6 +279,34 @@ class FitTable(DataTable):
             self._highlight_cursor()
         self._update_count += 1
         self.check_idle()
+
+    def update_cell(self, row_key: RowKey | str, column_key: ColumnKey | str, value: Any, *,  # type: ignore[override]
+                    update_width: bool = False) -> None:
+        """Any column the table was given: a column not on screen keeps the value for later."""
+        row, column = str(getattr(row_key, "value", row_key)), str(getattr(column_key, "value", column_key))
+        self._cells.setdefault(row, {})[column] = value
+        if column in self.shown:
+            super().update_cell(row_key, column_key, value, update_width=update_width)
+
+    def get_cell(self, row_key: RowKey | str, column_key: ColumnKey | str) -> Any:
+        row, column = str(getattr(row_key, "value", row_key)), str(getattr(column_key, "value", column_key))
+        if column in self.shown:
+            return super().get_cell(row_key, column_key)
+        return self._cells[row][column]
+
+    def action_scroll_home(self) -> None:
+        """Home: the first row (DataTable scrolls to the first column, which a fitted table shows)."""
+        if self.cursor_type == "row" and self.row_count:
+            self.move_cursor(row=0, animate=False)
+        else:
+            super().action_scroll_home()
+
+    def action_scroll_end(self) -> None:
+        """End: the last row."""
+        if self.cursor_type == "row" and self.row_count:
+            self.move_cursor(row=self.row_count - 1, animate=False)
+        else:
+            super().action_scroll_end()
 
     def _update_dimensions(self, new_rows: Iterable[RowKey]) -> None:
         """With fixed column widths and one-line rows there is nothing to measure: skip DataTable's
@@ -174,20 +319,6 @@ class FitTable(DataTable):
         header = self.header_height if self.show_header else 0
         self.virtual_size = Size(width + self._row_label_column_width, self._total_row_height + header)
 
-    def fit(self) -> None:
-        key = ColumnKey(self.fill) if self.fill else None
-        if key is None or key not in self.columns or not self.size.width:
-            return
-        others = sum(column.get_render_width(self) for k, column in self.columns.items() if k != key)
-        width = max(self.fill_min, self.size.width - 2 - others - 2 * self.cell_padding)  # 2: the scrollbar
-        column = self.columns[key]
-        if column.width != width or column.auto_width:
-            column.width = width
-            column.auto_width = False
-            self._clear_caches()
-            self._require_update_dimensions = True
-            self.refresh()
-
 
 # -- pyramids ---------------------------------------------------------------------------------
 def errors_line(score: AgentScore, width: int) -> Text:
@@ -199,18 +330,18 @@ def errors_line(score: AgentScore, width: int) -> Text:
 
 
 def agent_pyramid(score: AgentScore, width: int) -> list[Text]:
-    """An agent's C0–C4 pass counts as stacked bars over their denominators, C4 on top, as lines
-    exactly `width` cells wide.
+    """An agent's C0–C4 pass counts as bars over their denominators, C0 on top (every list of tiers
+    in the dashboard runs C0 to C5 downwards), as lines exactly `width` cells wide.
 
-    Each bar is as wide as its denominator (judged jobs) relative to the agent's jobs, centred so
-    the tiers stack into a pyramid; green is passed, red failed. Skips and errors are counted beside."""
+    Each bar is as wide as its denominator (judged jobs) relative to the agent's jobs, centred, so
+    the tiers narrow like a funnel; green is passed, red failed. Skips and errors are counted beside."""
     note_width = 9 if width < 34 else 17
     bar_width = max(4, width - 3 - 1 - note_width)
     halluc = sum(score.hallucinations.values())
     title = Text.assemble((score.agent, "bold"), (f" · {score.jobs} jobs", "grey62"), no_wrap=True)
     lines = [_fit(title, width)]
     jobs = max(score.jobs, 1)
-    for tier in reversed(PYRAMID):
+    for tier in PYRAMID:
         tally = score.tiers[tier]
         line = Text(f"{tier} ", "bold", no_wrap=True)
         if tally.denominator:
@@ -252,7 +383,7 @@ def count_panel(agents: Sequence[AgentScore], width: int) -> Text:
     for score in agents:
         lines[0].append(_fit(Text(score.agent, "bold"), column))
         lines[0].append(" ")
-    for tier in reversed(PYRAMID):
+    for tier in PYRAMID:
         line = Text(f"{tier} ", "bold", no_wrap=True)
         for score in agents:
             tally = score.tiers[tier]
@@ -311,23 +442,25 @@ TIER_BG = {"pass": "on dark_green", "fail": "on red3", "skip": "on grey30", "err
            "running": "on dodger_blue3", "pending": "on grey15", None: "on grey11"}
 
 
-def job_pyramid(statuses: dict[str, str | None], selected_tier: str | None = None, width: int = 39) -> Text:
-    """One job's tiers as a stepped pyramid, C5 at the top, coloured by status."""
+def job_pyramid(statuses: dict[str, str | None], selected_tier: str | None = None, width: int = 41) -> Text:
+    """One job's tiers as a funnel `width` cells wide, C0 (widest) on top like the tiers table
+    beside it, coloured by status; `◀` marks the selected tier."""
     text = Text(no_wrap=True)
-    tiers = list(reversed(ALL_TIERS))
-    for index, tier in enumerate(tiers):
+    widest = width - 2  # 2: the marker
+    for index, tier in enumerate(ALL_TIERS):
         status = statuses.get(tier)
-        size = 14 + 5 * index  # 14 .. 39 cells
-        label = f"{tier} {GLYPH.get(status, '?')} {status if status not in (None,) else 'not scored'}"
+        size = max(14, widest - 5 * index)
+        label = f"{tier} {GLYPH.get(status, '?')} {status if status is not None else 'not scored'}"
         block = label.center(size)
-        pad = (width - size) // 2
+        pad = (widest - size) // 2
         style = f"bold white {TIER_BG.get(status, 'on grey11')}"
         if tier == selected_tier:
             style += " underline"
         text.append(" " * pad)
         text.append(block, style)
         text.append(" ◀" if tier == selected_tier else "  ", "bold")
-        if index < len(tiers) - 1:
+        text.append(" " * (widest - size - pad))
+        if index < len(ALL_TIERS) - 1:
             text.append("\n")
     return text
 
@@ -413,6 +546,25 @@ def host_strip(hosts: dict[str, HostView], gpu: dict[tuple[str, int], Any], now:
     if not lines:
         lines.append(Text("no hosts recorded for this run yet", "grey50"))
     return Group(*lines)
+
+
+# -- logs -------------------------------------------------------------------------------------
+class FollowLog(Log):
+    """A Log that follows its tail and leaves it at once on a key. Textual animates Home, PageUp
+    and ↑; on a live transcript the next batch of lines (several a second) landed while the view was
+    still at the end and scrolled it back there, so Home seemed to do nothing."""
+
+    def _leave_tail(self, y: float, x: float | None = None) -> None:
+        self.scroll_to(x=x, y=max(0.0, y), animate=False, immediate=True)
+
+    def action_scroll_home(self) -> None:
+        self._leave_tail(0, x=0 if self.scroll_y == 0 else None)
+
+    def action_page_up(self) -> None:
+        self._leave_tail(self.scroll_y - self.scrollable_content_region.height)
+
+    def action_scroll_up(self) -> None:
+        self._leave_tail(self.scroll_y - 1)
 
 
 # -- transcript highlighting ------------------------------------------------------------------

@@ -16,7 +16,8 @@ from resenv.tui.screens import CompareScreen, HelpScreen, HistoryScreen, HostsSc
 
 from . import fixture_db
 
-SIZE = (120, 40)
+SIZE = (120, 40)  # the PNGs in docs/screens/
+SIZES = ((80, 24), SIZE, (200, 50))  # the snapshot tests
 
 
 async def until(pilot: Pilot, predicate: Callable[[], object], timeout: float = 20.0) -> None:

@@ -29,11 +29,15 @@ async def test_every_screen_works_at_80x24(name: str, fixture_store: Path, froze
         if name == "overview":
             assert app.screen.query_one("#jobs", DataTable).content_region.height >= 8
             pyramid = app.screen.query_one("#pyramid")
-            # the pyramids do not fit side by side: a table of counts per agent, every tier on its line
+            # the pyramids do not fit side by side: a table of counts per agent, every tier on its line,
+            # C0 first as in every list of tiers
             rendered = [line for line in lines if line.startswith("│ C")]
-            assert [line[2:4] for line in rendered] == ["C4", "C3", "C2", "C1", "C0", "C5"], text
+            assert [line[2:4] for line in rendered] == ["C0", "C1", "C2", "C3", "C4", "C5"], text
             assert pyramid.content_region.height >= 8  # the error line (a job ended in error) fits too
             assert "1 err" in text and "! infra" in text
+            # the header keeps the run's state and every count (the run's name is what gets cut)
+            assert lines[0].startswith(" ● running") and "ETA" in lines[0], text
+            assert "! 1 error" in lines[1] and "✗ 3 failing" in lines[1] and "cost $5.00" in lines[1], text
         if name == "job_detail":
             transcript = app.screen.query_one("#transcript", Log)
             assert transcript.content_region.height >= 6, text

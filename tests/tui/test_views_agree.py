@@ -116,7 +116,7 @@ def test_show_report_and_dashboard_agree_on_dollars(store) -> None:
     assert jobs["cheap/a"].cost_text == "$0.0030" and jobs["unpriced/b"].cost_text == "—"
     assert jobs["outage/c"].cost_text == "—"
     cells = {job.key: job_cells(job, ("C1", "C5"), NOW) for job in feed.jobs.values()}
-    assert cells["cheap/a"][8].strip() == "$0.0030" and cells["unpriced/b"][8].strip() == "—"
+    assert cells["cheap/a"]["cost"].strip() == "$0.0030" and cells["unpriced/b"]["cost"].strip() == "—"
     assert feed.cost_text == "≥$0.0030"  # the run: one job's tokens had no price
     assert [run["cost"] for run in data.history(db)] == [pytest.approx(0.003)]
     feed.shutdown()
