@@ -72,19 +72,20 @@ async def test_enter_opens_the_cursor_row_of_a_sorted_table(fixture_store: Path,
         await overview(pilot)
         table = app.screen.query_one("#jobs", DataTable)
         await pilot.press("s")  # sorted by repo: job #1 (tiny-stdlib) is far from the top
+        await until(pilot, lambda: table.row_count > 1 and table.get_row_at(0)[0] != 1)
         await pilot.press("home")
+        await until(pilot, lambda: table.cursor_row == 0)
         top = table.get_row_at(0)[0]
-        assert table.cursor_row == 0 and top != 1
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, JobScreen))
         assert app.screen.job_id == top
         await pilot.press("escape")
         await until(pilot, lambda: isinstance(app.screen, OverviewScreen))
         await pilot.press("end")
+        await until(pilot, lambda: table.cursor_row == table.row_count - 1)
         last = table.get_row_at(table.row_count - 1)[0]
-        assert table.cursor_row == table.row_count - 1
         await pilot.press("pageup")
-        assert table.cursor_row < table.row_count - 1
+        await until(pilot, lambda: table.cursor_row < table.row_count - 1)
         await pilot.press("end", "enter")
         await until(pilot, lambda: isinstance(app.screen, JobScreen))
         assert app.screen.job_id == last
