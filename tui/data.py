@@ -35,6 +35,7 @@ from ..engine.runref import find_run
 from ..engine.schema import SCHEMA_VERSION
 from ..engine.scorings import SCORINGS_SCHEMA, Scoring, list_scorings, resolve_scoring
 from ..engine.scorings import header as scoring_header
+from ..engine.wording import counted
 
 if TYPE_CHECKING:  # imported lazily: engine.store pulls in sqlite_utils, engine.scoring the probes
     from ..engine.scoring import RunScores
@@ -485,7 +486,7 @@ def format_event(kind: str, data: dict[str, Any]) -> list[str]:
         return [f"■ agent finished · exit {data.get('returncode')} · {data.get('seconds', 0):.1f}s"
                 + (" · TIMED OUT" if data.get("timed_out") else "")]
     if kind == "interrupted":
-        return [f"! interrupted: {data.get('reason')} ({data.get('replayed_lines', 0)} lines replayed)"]
+        return [f"! interrupted: {data.get('reason')} ({counted(int(data.get('replayed_lines') or 0), 'line')} replayed)"]
     if kind == "error":
         return [error_line(data, "error ")]
     if kind == "budget":
@@ -556,7 +557,7 @@ def gpu_use_text(evidence: dict[str, Any]) -> str | None:
             parts.append(f"GPU {gpu['gpu']}: only pids outside this machine's view ({unseen})")
         else:
             parts.append(f"GPU {gpu['gpu']}: no process of the entrypoint")
-    return (f"GPU use ({use.get('source')}, {use.get('samples')} samples every {use.get('interval_s')} s): "
+    return (f"GPU use ({use.get('source')}, {counted(int(use.get('samples') or 0), 'sample')} every {use.get('interval_s')} s): "
             + "; ".join(parts))
 
 

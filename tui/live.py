@@ -9,6 +9,8 @@ from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..engine.wording import counted
+
 if TYPE_CHECKING:
     from ..engine.lifecycle import AttemptOutcome
 
@@ -21,7 +23,7 @@ class QueueDisplay:
         self.state: str | None = None
 
     def started(self, run_id: str, total: int, db: Path, data_dir: Path) -> None:
-        self.messages.append(("information", f"engine started: {total} jobs · db {db} · data {data_dir}"))
+        self.messages.append(("information", f"engine started: {counted(total, 'job')} · db {db} · data {data_dir}"))
 
     def job_finished(self, job: dict[str, Any], outcome: AttemptOutcome) -> None:
         """The dashboard sees every job through the store; nothing to do here."""

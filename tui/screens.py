@@ -28,6 +28,7 @@ from textual.widgets import (
 )
 from textual.widgets.option_list import Option
 
+from ..engine.wording import counted
 from ..probes.audit import normalize_framework
 from . import data
 from .commands import BY_NAME, bindings_for, help_rows
@@ -434,7 +435,7 @@ class OverviewScreen(DashScreen):
             left.append("  READ-ONLY", "bold black on yellow")
         right = Text.assemble(("elapsed ", "grey62"), (duration(elapsed), "bold"), ("  ETA ", "grey62"), (eta, "bold"))
         line2 = Text.assemble(
-            (f"{total} jobs  ", "bold"),
+            (f"{counted(total, 'job')}  ", "bold"),
             ("✓ ", "green"), (f"{counts.get('done', 0)}{'' if narrow else ' done'}  ", ""),
             ("◐ ", "cyan"), (f"{counts.get('running', 0) + counts.get('paused', 0)}{'' if narrow else ' running'}  ", ""),
             ("· ", "grey62"), (f"{counts.get('queued', 0)}{'' if narrow else ' queued'}  ", ""),
@@ -1421,7 +1422,7 @@ class HistoryScreen(DashScreen):
                 for column, value in self._cells(run).items():
                     if table.get_cell(run["id"], column) != value:
                         table.update_cell(run["id"], column, value)
-        table.border_subtitle = f"{len(ids)} runs · sorted by {HISTORY_SORTS[self.sort_mode]}" + (
+        table.border_subtitle = f"{counted(len(ids), 'run')} · sorted by {HISTORY_SORTS[self.sort_mode]}" + (
             f" · {len(self.marked)} marked" if self.marked else "")
 
     def _selected(self) -> str | None:
@@ -1540,7 +1541,7 @@ class CompareScreen(DashScreen):
         table.add_keyed_rows(rows)
         names = "  ".join(f"{run_id} = {(result['runs'].get(run_id) or {}).get('name', '?')}" for run_id in self.run_ids)
         self.query_one("#compare-header", Static).update(Group(
-            Text.assemble(("Compare", "bold"), (f" · {len(result['cells'])} repo/agent pairs × {len(self.run_ids)} runs",
+            Text.assemble(("Compare", "bold"), (f" · {counted(len(result['cells']), 'repo/agent pair')} × {counted(len(self.run_ids), 'run')}",
                                                 "grey62")),
             Text(names, "grey62"), Text.assemble(("last row: jobs passing each tier   ", "grey50"), LEGEND)))
         table.focus()

@@ -21,6 +21,9 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.geometry import Size
 from textual.widgets import DataTable, Log
+
+from ..engine import wording
+from ..engine.wording import counted
 from textual.widgets.data_table import ColumnKey, DuplicateKey, Row, RowKey
 
 from ..engine.money import usd
@@ -85,14 +88,8 @@ def queue_state_text(queue: str) -> Text:
 
 
 def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "—"
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    """A time as the CLI prints it (engine/wording.py), `—` when unknown."""
+    return "—" if seconds is None else wording.duration(seconds)
 
 
 def tokens_text(tokens: int) -> str:
@@ -338,7 +335,7 @@ def agent_pyramid(score: AgentScore, width: int) -> list[Text]:
     note_width = 9 if width < 34 else 17
     bar_width = max(4, width - 3 - 1 - note_width)
     halluc = sum(score.hallucinations.values())
-    title = Text.assemble((score.agent, "bold"), (f" · {score.jobs} jobs", "grey62"), no_wrap=True)
+    title = Text.assemble((score.agent, "bold"), (f" · {counted(score.jobs, 'job')}", "grey62"), no_wrap=True)
     lines = [_fit(title, width)]
     jobs = max(score.jobs, 1)
     for tier in PYRAMID:
