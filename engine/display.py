@@ -33,7 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from ..tui.data import format_event  # the dashboard's readable transcript lines (no Textual)
+from .eventtext import format_event
 from .lifecycle import AttemptOutcome
 from .outcomes import state_text
 from .store import StoreError, connect

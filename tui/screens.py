@@ -28,6 +28,7 @@ from textual.widgets import (
 )
 from textual.widgets.option_list import Option
 
+from ..engine.eventtext import gpu_use_text
 from ..engine.wording import counted
 from ..probes.audit import normalize_framework
 from . import data
@@ -999,7 +1000,7 @@ class JobScreen(DashScreen):
             head.append(f"\n{evidence['evidence_line']}", "yellow")
         if evidence.get("reason"):
             head.append(f"\n{evidence['reason']}", "grey70")
-        if (gpu_use := data.gpu_use_text(evidence)) is not None:
+        if (gpu_use := gpu_use_text(evidence)) is not None:
             head.append(f"\n{gpu_use}", "grey70")
         if tier == "C5":
             count = len(evidence.get("hallucinations") or [])

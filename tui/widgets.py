@@ -566,7 +566,7 @@ class FollowLog(Log):
 
 # -- transcript highlighting ------------------------------------------------------------------
 class TranscriptHighlighter(Highlighter):
-    """Colours transcript lines by the marker they start with (see data.format_event)."""
+    """Colours transcript lines by the marker they start with (see engine/eventtext.py `format_event`)."""
 
     RULES: tuple[tuple[re.Pattern[str], Style], ...] = (
         (re.compile(r"^── .*"), Style(color="cyan", bold=True)),

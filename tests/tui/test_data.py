@@ -11,7 +11,8 @@ from rich.text import Text
 
 from resenv.engine import scheduler, tiers
 from resenv.tui import data
-from resenv.tui.data import JobView, RunFeed, format_event
+from resenv.engine.eventtext import format_event, gpu_use_text
+from resenv.tui.data import JobView, RunFeed
 from resenv.tui.widgets import FixedSparkline, spark_text, tier_text
 
 from . import fixture_db
@@ -101,11 +102,11 @@ def test_gpu_use_evidence_reads_as_one_line() -> None:
     used = {"gpu_use": {"source": "nvml", "samples": 37, "interval_s": 0.15, "unobservable": None, "per_gpu": [
         {"gpu": 0, "pids": [4242], "peak_mib": 1138.4, "samples": 30, "other_pids": []},
         {"gpu": 1, "pids": [], "peak_mib": None, "samples": 0, "other_pids": [77]}]}}
-    assert data.gpu_use_text(used) == ("GPU use (nvml, 37 samples every 0.15 s): GPU 0: pid 4242, peak 1138 MiB; "
+    assert gpu_use_text(used) == ("GPU use (nvml, 37 samples every 0.15 s): GPU 0: pid 4242, peak 1138 MiB; "
                                        "GPU 1: no process of the entrypoint")
     hidden = {"gpu_use": {"source": "nvml", "samples": 3, "interval_s": 0.15, "per_gpu": [
         {"gpu": 0, "pids": [], "peak_mib": None, "samples": 0, "other_pids": [], "unseen_pids": [5555]}]}}
-    assert data.gpu_use_text(hidden).endswith("GPU 0: only pids outside this machine's view (5555)")
+    assert gpu_use_text(hidden).endswith("GPU 0: only pids outside this machine's view (5555)")
     blind = {"gpu_use": {"source": None, "unobservable": "no NVIDIA driver: Driver Not Loaded", "per_gpu": []}}
-    assert data.gpu_use_text(blind) == "GPU use not observable: no NVIDIA driver: Driver Not Loaded"
-    assert data.gpu_use_text({"exit_code": 0}) is None
+    assert gpu_use_text(blind) == "GPU use not observable: no NVIDIA driver: Driver Not Loaded"
+    assert gpu_use_text({"exit_code": 0}) is None

@@ -15,7 +15,8 @@ from resenv.engine.agents.codex import parse_codex_line
 from resenv.engine.agents.transcript import EVENT_TYPES
 from resenv.engine.sandbox.base import OutputLine
 from resenv.engine.sandbox.lines import LineSplitter
-from resenv.tui.data import TRANSCRIPT_KINDS, format_event
+from resenv.engine.eventtext import format_event
+from resenv.tui.data import TRANSCRIPT_KINDS
 
 STREAMS = Path(__file__).resolve().parent.parent / "fixtures" / "streams"
 ALL = sorted(path.stem for path in STREAMS.glob("*.jsonl") if not path.stem.endswith(".rollout"))

@@ -20,7 +20,8 @@ from rich.console import Console
 from resenv.engine.cli import main
 from resenv.engine.store import open_for_writing
 from resenv.tui import data
-from resenv.tui.data import RunFeed, format_event
+from resenv.engine.eventtext import format_event
+from resenv.tui.data import RunFeed
 from resenv.tui.widgets import job_cells, pyramid_panel
 
 RUN = "20260101-080000-cafe"
