@@ -434,7 +434,8 @@ class OverviewScreen(DashScreen):
         left = Text.assemble(*where)
         if self.is_readonly():
             left.append("  READ-ONLY", "bold black on yellow")
-        right = Text.assemble(("elapsed ", "grey62"), (duration(elapsed), "bold"), ("  ETA ", "grey62"), (eta, "bold"))
+        # the leading space: a name cut to fit never runs into "elapsed"
+        right = Text.assemble((" elapsed ", "grey62"), (duration(elapsed), "bold"), ("  ETA ", "grey62"), (eta, "bold"))
         line2 = Text.assemble(
             (f"{counted(total, 'job')}  ", "bold"),
             ("✓ ", "green"), (f"{counts.get('done', 0)}{'' if narrow else ' done'}  ", ""),
