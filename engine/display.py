@@ -49,6 +49,37 @@ STATE_STYLE = {"done": "green", "error": "yellow", "cancelled": "dim"}
 FINISHED = {"done", "error", "cancelled"}
 
 
+class PipeSafeConsole(Console):
+    """A console that goes quiet when its reader goes away (`resenv run | head -3`).
+
+    Rich's default answer to a broken pipe is `SystemExit(1)` from whichever thread printed, which
+    would stop the engine mid-run and leave it `interrupted`. A display must never end the benchmark
+    it shows: this one stops printing and points every standard stream that writes into the same
+    broken pipe at the null device (what Python's notes on SIGPIPE advise), so that later writes,
+    click's included, and the interpreter's last flush go nowhere instead of raising, and the run
+    finishes and exits with its own status."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        broken = _identity(self.file)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            for stream in {id(s): s for s in (self.file, sys.stdout, sys.stderr) if s is not None}.values():
+                if broken is not None and _identity(stream) == broken:
+                    os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+
+
+def _identity(stream: Any) -> tuple[int, int] | None:
+    """(device, inode) of the file behind `stream`, or None for one without a file descriptor."""
+    try:
+        info = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
+
+
 def heartbeat_interval() -> tuple[float, str | None]:
     """`RESENV_HEARTBEAT_S` when it is a positive number of seconds, else `HEARTBEAT_S` and the line
     that says why the value was not taken."""
@@ -108,7 +139,7 @@ class PlainDisplay:
 
     def __init__(self, console: Console | None = None, *, heartbeat_s: float | None = None,
                  poll_s: float = POLL_S) -> None:
-        self.console = console or Console(file=sys.stdout, highlight=False)
+        self.console = console or PipeSafeConsole(file=sys.stdout, highlight=False)
         self.heartbeat_s, self.heartbeat_problem = heartbeat_interval()
         if heartbeat_s is not None:
             self.heartbeat_s, self.heartbeat_problem = heartbeat_s, None

@@ -13,7 +13,7 @@ import threading
 import time
 from pathlib import Path
 
-from ..conftest import RESENV, resenv, rows, wait_for, write_benchmark
+from ..conftest import REPO_ROOT, RESENV, resenv, rows, wait_for, write_benchmark
 from .test_controls import gated_agent, open_gate
 from .test_error_jobs import AGENT, REPO, broken_upstream
 
@@ -235,3 +235,25 @@ def test_the_dashboard_of_resenv_run_leaves_the_summary_on_the_terminal(tmp_path
     tail = out[out.rindex(f"run {run_id} finished in "):]
     assert "  a (1 job): C0 0/0 (imports —)  C1 1/1 (100.0%)" in tail
     assert f"resenv show {run_id}" in tail and f"store:    {db}" in tail
+
+
+def test_a_reader_that_goes_away_never_stops_the_run(tmp_path, cli_env):
+    """`resenv run … | head -3`: the display stops printing when its pipe breaks; the run finishes
+    and the exit status is the run's own."""
+    engine = subprocess.Popen([*RESENV, "run", str(REPO_ROOT / "benchmark.yaml"), "--repo", "tiny-stdlib",
+                               "--tiers", "C1", "--display", "plain"],
+                              env={**cli_env, "RESENV_HEARTBEAT_S": "-1"}, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert engine.stdout is not None
+    try:
+        head = [engine.stdout.readline() for _ in range(3)]
+        engine.stdout.close()  # what `head -3` does after its third line
+        engine.wait(timeout=120)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+    assert head[0].startswith(b"run ")
+    assert engine.returncode == 0
+    assert [row["state"] for row in rows(Path(cli_env["RESENV_DB"]), "SELECT state FROM runs")] == ["finished"]
+    assert [row["state"] for row in rows(Path(cli_env["RESENV_DB"]), "SELECT state FROM jobs")] == ["done"]
