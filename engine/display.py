@@ -243,6 +243,8 @@ class StoreTail:
             "SELECT COALESCE(MAX(p.id), 0) FROM phases p JOIN attempts a ON a.id = p.attempt_id"
             " WHERE a.run_id = ?", (run_id,)).fetchone()[0]
         self.watching: dict[int, JobWatch] = {}  # by attempt id
+        self.paused_since: float | None = None  # while the run is paused: since when (this display saw it)
+        self.paused_line_at = 0.0
         self.attempts: dict[int, tuple[int, int]] = {}  # attempt id -> (job id, number)
 
     def close(self) -> None:
@@ -275,7 +277,9 @@ class StoreTail:
             if (watch := self.watching.get(row["attempt_id"])) is not None:
                 watch.last_output = readable(row["kind"], json.loads(row["data"])) or watch.last_output
         self.last_event = upto
-        self._heartbeats(time.time() if now is None else now)
+        now = time.time() if now is None else now
+        self._heartbeats(now, self._paused_jobs())
+        self._run_paused(now)
         counts = dict(self.conn.execute("SELECT state, COUNT(*) FROM jobs WHERE run_id = ? GROUP BY state",
                                         (self.run_id,)).fetchall())
         self.display.counts(sum(counts.get(state, 0) for state in FINISHED), counts.get("running", 0))
@@ -298,6 +302,8 @@ class StoreTail:
             gpus = ",".join(str(gpu) for gpu in data.get("gpus") or [])
             self.watching[attempt_id] = JobWatch(where=f"{data.get('host')}" + (f":{gpus}" if gpus else ""),
                                                  last_line_at=time.time())
+        elif kind == "job_state" and data.get("state") in ("paused", "running"):
+            pass  # an operator paused or resumed the job: its control line says so, the attempt goes on
         elif kind == "job_state":  # an attempt ended
             self._attempt_ended(job_id, data, ts)
         elif kind == "phase":
@@ -349,13 +355,34 @@ class StoreTail:
         message = f": {data['ack_message']}" if data.get("ack_message") else ""
         self.display.say(f"control {data.get('action')}{target}{tier}: {data.get('ack')}{message}")
 
-    def _heartbeats(self, now: float) -> None:
-        """A line for each job whose phase has gone `heartbeat_s` without a line of its own."""
+    def _paused_jobs(self) -> set[int]:
+        return {row["id"] for row in self.conn.execute(
+            "SELECT id FROM jobs WHERE run_id = ? AND state = 'paused'", (self.run_id,))}
+
+    def _run_paused(self, now: float) -> None:
+        """While the run is paused nothing runs and nothing prints: a heartbeat says it is paused and
+        how to go on, so that a quiet screen is never mistaken for a hung engine."""
+        row = self.conn.execute("SELECT state FROM runs WHERE id = ?", (self.run_id,)).fetchone()
+        if row is None or row["state"] != "paused":
+            self.paused_since = None
+            return
+        if self.paused_since is None:
+            self.paused_since = self.paused_line_at = now
+        if now - self.paused_line_at >= self.display.heartbeat_s:
+            self.display.say(f"run {self.run_id}  … paused {duration(now - self.paused_since)} · resume with"
+                             f" `resenv control resume {self.run_id}`")
+            self.paused_line_at = now
+
+    def _heartbeats(self, now: float, paused_jobs: set[int]) -> None:
+        """A line for each job whose phase has gone `heartbeat_s` without a line of its own; a
+        paused job's says it is paused."""
         for attempt_id, watch in self.watching.items():
             if watch.phase is None or now - watch.last_line_at < self.display.heartbeat_s:
                 continue
-            key = self._key(self.attempts[attempt_id][0], attempt_id)
-            head = f"{key}  … {watch.phase} {duration(now - watch.phase_since)} · "
+            job_id = self.attempts[attempt_id][0]
+            key = self._key(job_id, attempt_id)
+            paused = "paused in " if job_id in paused_jobs else ""
+            head = f"{key}  … {paused}{watch.phase} {duration(now - watch.phase_since)} · "
             last = watch.last_output or "no output yet"
             self.display.say(head + shorten(last, max(self.display.console.width - len(head), 10)))
             watch.last_line_at = now

@@ -257,3 +257,46 @@ def test_a_reader_that_goes_away_never_stops_the_run(tmp_path, cli_env):
     assert engine.returncode == 0
     assert [row["state"] for row in rows(Path(cli_env["RESENV_DB"]), "SELECT state FROM runs")] == ["finished"]
     assert [row["state"] for row in rows(Path(cli_env["RESENV_DB"]), "SELECT state FROM jobs")] == ["done"]
+
+
+def follow(engine: subprocess.Popen) -> list[str]:
+    """The engine's output lines as they come (a thread appends them to the list returned)."""
+    seen: list[str] = []
+    stdout = engine.stdout
+    assert stdout is not None
+    threading.Thread(target=lambda: seen.extend(iter(stdout.readline, "")), daemon=True).start()
+    return seen
+
+
+def test_a_run_resumed_paused_says_so_and_how_to_go_on_and_a_paused_job_beats_paused(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}}, SLOW)
+    db = Path(cli_env["RESENV_DB"])
+    first = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1", "--display", "plain"], env=cli_env,
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: rows(db, "SELECT 1 FROM phases WHERE name = 'agent'"))
+    finally:
+        first.kill()  # the engine dies without a word
+        first.wait()
+    run_id = rows(db, "SELECT id FROM runs")[0]["id"]
+    assert resenv("control", "pause", run_id, "--wait", "0", env=cli_env, cwd=tmp_path).returncode == 0
+    env = {**cli_env, "RESENV_HEARTBEAT_S": "0.5"}
+    engine = subprocess.Popen([*RESENV, "run", "--resume", run_id, "--display", "plain"], env=env, cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen = follow(engine)
+    try:
+        wait_for(lambda: f"run {run_id} is paused: no job starts until `resenv control resume {run_id}`\n" in seen)
+        wait_for(lambda: any(re.fullmatch(rf"run {run_id}  … paused \d+s · resume with `resenv control resume "
+                                          rf"{run_id}`\n", line) for line in seen))
+        assert resenv("control", "resume", run_id, env=cli_env, cwd=tmp_path).returncode == 0
+        wait_for(lambda: "one/a (attempt 2)  ▸ agent\n" in seen)  # the first attempt was interrupted
+        assert resenv("control", "pause", run_id, "one/a", env=cli_env, cwd=tmp_path).returncode == 0
+        wait_for(lambda: any(re.fullmatch(r"one/a \(attempt 2\)  … paused in agent \d+s · .*\n", line) for line in seen))
+        assert resenv("control", "cancel", run_id, env=cli_env, cwd=tmp_path).returncode == 0
+        engine.wait(timeout=60)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+    assert engine.returncode == 0, "".join(seen)
+    assert not any("attempt ended paused" in line for line in seen)  # a paused job's attempt goes on
