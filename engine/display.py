@@ -38,7 +38,7 @@ from .lifecycle import AttemptOutcome
 from .outcomes import state_text
 from .store import StoreError, connect
 from .summary import summary_lines
-from .views import GLYPHS, tier_glyphs
+from .views import GLYPHS, tier_glyphs, tier_log, tier_reason
 from .wording import counted, duration
 
 POLL_S = 0.5
@@ -313,6 +313,19 @@ class StoreTail:
                 watch.tiers[data["tier"]] = data["status"]
             verdict = "/".join(filter(None, (data.get("status"), data.get("category"))))
             self._line(attempt_id, job_id, f"{data['tier']} {GLYPHS.get(data.get('status'), '?')} {verdict}", ts)
+            if data.get("status") in ("fail", "error") and attempt_id is not None:
+                self._why(attempt_id, data["tier"])
+
+    def _why(self, attempt_id: int, tier: str) -> None:
+        """Under a failed tier's line: why, cut to the width (`resenv show` has it whole), and the
+        raw log to read, whole on its own line."""
+        row = self.conn.execute("SELECT evidence_json FROM tier_results WHERE attempt_id = ? AND tier = ?"
+                                " ORDER BY id DESC LIMIT 1", (attempt_id, tier)).fetchone()
+        evidence = json.loads(row["evidence_json"] or "{}") if row is not None else {}
+        if (reason := tier_reason(evidence)) is not None:
+            self.display.say("    " + shorten(reason, max(self.display.console.width - 4, 20)))
+        if (log := tier_log(evidence)) is not None:
+            self.display.say(f"    log: {log}")
 
     def _phase(self, job_id: int | None, attempt_id: int | None, ts: float, data: dict[str, Any]) -> None:
         watch = self.watching.get(attempt_id) if attempt_id is not None else None

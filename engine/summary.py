@@ -60,31 +60,40 @@ def _pyramid(scores: RunScores) -> list[str]:
 
 
 def _failures(rows: list[dict[str, Any]], verdicts: list[dict[str, Any]], data_dir: Path) -> list[str]:
-    """Tier failures and error jobs by category, then each job that has one (with its raw logs), and
-    the jobs that did not finish. `verdicts` are the scores' rows (`RunScores.repos`), one per job
-    in the order of `rows`."""
+    """Tier failures and error jobs by category, then each job that has one: its failing tiers, each
+    with why and the raw log to read, or why it ended in error and its logs; then the jobs that did
+    not finish. `verdicts` are the scores' rows (`RunScores.repos`), one per job in the order of
+    `rows`. Paths go on lines of their own, so that the rest fits 80 columns."""
     by_category: Counter[str] = Counter()
     failed: list[str] = []
     unfinished: list[str] = []
     for row, judged in zip(rows, verdicts, strict=True):
-        bad = []
+        bad: list[tuple[str, str]] = []
         for tier in TIERS:
             found = judged[tier]
             if found is not None and found["status"] in ("fail", "error"):
                 verdict = "/".join(filter(None, (found["status"], found["category"])))
                 by_category[verdict] += 1
-                bad.append(f"{tier} {verdict}")
-        reason = f" ({row['reason']})" if row["reason"] else ""
+                bad.append((tier, verdict))
         if row["state"] not in ("done", "error"):
+            reason = f" ({row['reason']})" if row["reason"] else ""
             unfinished.append(f"  {row['key']}: {row['state']}{reason}")
             continue
         if row["state"] == "error":
             by_category[state_text("error", row["category"] or "uncategorized")] += 1
         elif not bad:
             continue
-        logs = attempt_dir(data_dir, row["repo_id"], row["agent"], max(row["attempts"], 1)) / "logs"
-        what = ", ".join([state_text(row["state"], row["category"]), *bad])
-        failed.append(f"  {row['key']}: {what}{reason}; logs {logs}")
+        what = ", ".join([state_text(row["state"], row["category"]), *(f"{tier} {verdict}" for tier, verdict in bad)])
+        failed.append(f"  {row['key']}: {what}")
+        if row["state"] == "error":
+            if row["reason"]:
+                failed.append(f"    {row['reason']}")
+            failed.append(f"    logs: {attempt_dir(data_dir, row['repo_id'], row['agent'], max(row['attempts'], 1)) / 'logs'}")
+        for tier, _ in bad:
+            if (why := row["tier_reasons"].get(tier)) is not None:
+                failed.append(f"    {tier}: {why}")
+            if (log := row["tier_logs"].get(tier)) is not None:
+                failed.append(f"    log: {log}")
     lines = [f"failures by category: {_tally(by_category)}", *failed] if failed else ["failures: none"]
     if unfinished:
         lines += [f"not finished: {counted(len(unfinished), 'job')}", *unfinished]

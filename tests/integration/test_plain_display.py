@@ -70,8 +70,12 @@ def test_plain_run_prints_phases_verdicts_retries_and_the_reports_numbers(tmp_pa
     assert f"run {run_id} finished in " in out and "4 jobs (2 done, 2 error)" in out
     data_dir = Path(rows(db, "SELECT data_dir FROM runs")[0]["data_dir"])
     assert f"store:    {db}" in lines
-    assert f"  bad/a: done, C1 fail/{bad_c1['category']}; logs {data_dir / 'jobs' / 'bad--a' / 'attempt-1' / 'logs'}" in lines
-    assert (data_dir / "jobs" / "bad--a" / "attempt-1" / "logs").is_dir()
+    failed = lines.index(f"  bad/a: done, C1 fail/{bad_c1['category']}")
+    assert lines[failed + 1] == "    C1: ModuleNotFoundError: No module named 'resenv_no_such_module'"
+    assert lines[failed + 2].startswith(f"    log: {data_dir / 'jobs' / 'bad--a' / 'attempt-1' / 'logs'}/C1-")
+    assert Path(lines[failed + 2].removeprefix("    log: ")).is_file()
+    gone_at = lines.index("  gone/a: error/download_failed")
+    assert lines[gone_at + 1:gone_at + 3] == [f"    {gone}", f"    logs: {data_dir / 'jobs' / 'gone--a' / 'attempt-1' / 'logs'}"]
     for command in (f"resenv show {run_id}", f"resenv report {run_id}", f"resenv-tui {run_id}"):
         assert any(line.startswith(f"  {command} ") for line in lines), command
     assert "--resume" not in out  # a finished run has nothing to resume
@@ -300,3 +304,26 @@ def test_a_run_resumed_paused_says_so_and_how_to_go_on_and_a_paused_job_beats_pa
             engine.wait()
     assert engine.returncode == 0, "".join(seen)
     assert not any("attempt ended paused" in line for line in seen)  # a paused job's attempt goes on
+
+
+def test_why_a_tier_failed_is_on_its_line_in_the_summary_and_in_show(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"bad": {"main.py": "raise RuntimeError('the widget is gone')\n"}}, AGENT)
+    done = resenv("run", str(bench), "--tiers", "C1", "--display", "plain", env=cli_env, cwd=tmp_path, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    db = Path(cli_env["RESENV_DB"])
+    run_id = rows(db, "SELECT id FROM runs")[0]["id"]
+    [c1] = rows(db, "SELECT category, evidence_json FROM tier_results WHERE tier = 'C1'")
+    [stderr_log] = [log for log in json.loads(c1["evidence_json"])["logs"] if log.endswith(".stderr")]
+    assert Path(stderr_log).is_file()
+    lines = done.stdout.splitlines()
+    verdict = lines.index(f"bad/a  C1 ✗ fail/{c1['category']}")
+    assert lines[verdict + 1:verdict + 3] == ["    RuntimeError: the widget is gone", f"    log: {stderr_log}"]
+    failed = lines.index(f"  bad/a: done, C1 fail/{c1['category']}")
+    assert lines[failed + 1:failed + 3] == ["    C1: RuntimeError: the widget is gone", f"    log: {stderr_log}"]
+
+    shown = json.loads(resenv("show", run_id, "--json", env=cli_env, cwd=tmp_path).stdout)
+    [job] = shown["jobs"]
+    assert job["reason"] == "C1: RuntimeError: the widget is gone"
+    assert job["tier_reasons"]["C1"] == "RuntimeError: the widget is gone" and job["tier_logs"]["C1"] == stderr_log
+    table = resenv("show", run_id, env=cli_env, cwd=tmp_path).stdout
+    assert any("bad/a" in line and "C1: RuntimeError: the widget is gone" in line for line in table.splitlines()), table
