@@ -8,12 +8,16 @@ after the engine has recorded the run's end, so an interrupted or cancelled run 
 
 from __future__ import annotations
 
+import shlex
+import shutil
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from .lifecycle import attempt_dir
 from .outcomes import errors_text, state_text
+from .paths import absolute, default_db
 from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, agent_table, score_run
 from .store import StoreReader
 from .views import TIERS, job_rows
@@ -38,7 +42,7 @@ def summary_lines(db: Path, run_id: str) -> list[str]:
     lines += _pyramid(scores)
     lines += _failures(rows, scores.repos, Path(run["data_dir"]))
     lines += [f"store:    {db}", f"raw logs: {Path(run['data_dir']) / 'jobs'}/<repo>--<agent>/attempt-<n>/logs/"]
-    lines += _next_steps(run_id, run["state"], rows)
+    lines += _next_steps(run_id, run["state"], rows, db)
     return lines
 
 
@@ -105,17 +109,39 @@ def _tally(counts: Counter[str]) -> str:
     return ", ".join(f"{n} {what}" for what, n in sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
-def _next_steps(run_id: str, state: str, rows: list[dict[str, Any]]) -> list[str]:
-    steps: list[tuple[str, str]] = []
+def typed(program: str) -> str:
+    """`program` (``resenv``, ``resenv-tui``) as a person must type it here for it to be this
+    installation's: bare when the shell's PATH finds this one, else its path (relative to the
+    working directory when it is under it: ``.venv/bin/resenv``), as for a venv never activated."""
+    argv0 = Path(sys.argv[0])
+    mine = argv0 if argv0.name == program else Path(sys.executable).parent / program
+    if not mine.is_file():
+        return program
+    found = shutil.which(program)
+    if found is not None and Path(found).resolve() == mine.resolve():
+        return program
+    mine = mine.absolute()
+    try:
+        return str(mine.relative_to(Path.cwd()))
+    except ValueError:
+        return str(mine)
+
+
+def _next_steps(run_id: str, state: str, rows: list[dict[str, Any]], db: Path) -> list[str]:
+    """What to type next, runnable as printed: this installation's commands, and this store's
+    `--db` whenever it is not the one they would open without it."""
+    steps: list[tuple[list[str], str]] = []
     if state == "interrupted":
-        steps.append((f"resenv run --resume {run_id}", "finish it: the interrupted jobs run again"))
+        steps.append((["run", "--resume", run_id], "finish it: the interrupted jobs run again"))
     elif state == "cancelled":
         stopped = [row["key"] for row in rows if row["state"] == "cancelled"]
         if stopped:
-            steps += [(f"resenv control retry {run_id} {stopped[0]}", "queue a cancelled job again (each one)"),
-                      (f"resenv run --resume {run_id}", "then run what is queued")]
-    steps += [(f"resenv show {run_id}", "every job, tier by tier"),
-              (f"resenv report {run_id}", "the scores (--format csv|json|latex, --figure)"),
-              (f"resenv-tui {run_id}", "the dashboard: transcripts, raw logs, controls")]
-    width = max(len(command) for command, _ in steps)
-    return ["next:", *(f"  {command.ljust(width)}  # {why}" for command, why in steps)]
+            steps += [(["control", "retry", run_id, stopped[0]], "queue a cancelled job again (each one)"),
+                      (["run", "--resume", run_id], "then run what is queued")]
+    steps += [(["show", run_id], "every job, tier by tier"),
+              (["report", run_id], "the scores (--format csv|json|latex, --figure)")]
+    store = [] if absolute(db) == default_db() else ["--db", str(absolute(db))]
+    commands = [(shlex.join([typed("resenv"), *args, *store]), why) for args, why in steps]
+    commands.append((shlex.join([typed("resenv-tui"), run_id, *store]), "the dashboard: transcripts, raw logs, controls"))
+    width = max(len(command) for command, _ in commands)
+    return ["next:", *(f"  {command.ljust(width)}  # {why}" for command, why in commands)]

@@ -7,8 +7,10 @@ import json
 import os
 import pty
 import re
+import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -18,6 +20,14 @@ from .test_controls import gated_agent, open_gate
 from .test_error_jobs import AGENT, REPO, broken_upstream
 
 MISSING_MODULE = "import resenv_no_such_module\n"
+VENV_BIN = Path(sys.executable).parent
+
+
+def typed(program: str) -> str:
+    """How the summary prints this installation's `program`: bare when PATH finds it, else its path."""
+    found = shutil.which(program)
+    mine = VENV_BIN / program
+    return program if found is not None and Path(found).resolve() == mine.resolve() else str(mine)
 
 
 def test_plain_run_prints_phases_verdicts_retries_and_the_reports_numbers(tmp_path, cli_env):
@@ -76,7 +86,8 @@ def test_plain_run_prints_phases_verdicts_retries_and_the_reports_numbers(tmp_pa
     assert Path(lines[failed + 2].removeprefix("    log: ")).is_file()
     gone_at = lines.index("  gone/a: error/download_failed")
     assert lines[gone_at + 1:gone_at + 3] == [f"    {gone}", f"    logs: {data_dir / 'jobs' / 'gone--a' / 'attempt-1' / 'logs'}"]
-    for command in (f"resenv show {run_id}", f"resenv report {run_id}", f"resenv-tui {run_id}"):
+    for command in (f"{typed('resenv')} show {run_id}", f"{typed('resenv')} report {run_id}",
+                    f"{typed('resenv-tui')} {run_id}"):
         assert any(line.startswith(f"  {command} ") for line in lines), command
     assert "--resume" not in out  # a finished run has nothing to resume
 
@@ -118,7 +129,7 @@ def test_heartbeat_in_a_long_phase_then_the_interrupted_summary(tmp_path, cli_en
     out = "".join(seen)
     run_id = rows(Path(cli_env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
     assert f"run {run_id} interrupted in " in out
-    assert f"  resenv run --resume {run_id} " in out
+    assert f"  {typed('resenv')} run --resume {run_id} " in out
 
 
 def test_on_a_terminal_a_progress_bar_stays_under_the_lines(tmp_path, cli_env):
@@ -189,8 +200,8 @@ def test_a_cancelled_run_ends_with_its_summary_and_how_to_run_the_job_again(tmp_
     assert "one/a  cancelled (cancelled by operator)\n" in seen
     assert any(line.startswith(f"run {run_id} cancelled in ") for line in seen)
     assert "not finished: 1 job\n" in seen and "  one/a: cancelled (cancelled by operator)\n" in seen
-    assert any(line.startswith(f"  resenv control retry {run_id} one/a ") for line in seen)
-    assert any(line.startswith(f"  resenv run --resume {run_id} ") for line in seen)
+    assert any(line.startswith(f"  {typed('resenv')} control retry {run_id} one/a ") for line in seen)
+    assert any(line.startswith(f"  {typed('resenv')} run --resume {run_id} ") for line in seen)
 
 
 def test_the_dashboard_of_resenv_run_leaves_the_summary_on_the_terminal(tmp_path, cli_env):
@@ -327,3 +338,28 @@ def test_why_a_tier_failed_is_on_its_line_in_the_summary_and_in_show(tmp_path, c
     assert job["tier_reasons"]["C1"] == "RuntimeError: the widget is gone" and job["tier_logs"]["C1"] == stderr_log
     table = resenv("show", run_id, env=cli_env, cwd=tmp_path).stdout
     assert any("bad/a" in line and "C1: RuntimeError: the widget is gone" in line for line in table.splitlines()), table
+
+
+def test_the_next_commands_work_as_printed_with_another_store_and_no_venv_on_the_path(tmp_path, cli_env):
+    bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}}, AGENT)
+    elsewhere = tmp_path / "elsewhere.db"
+    bare = {**cli_env, "PATH": "/usr/bin:/bin"}  # a newcomer who never activated the venv
+    done = subprocess.run([str(VENV_BIN / "resenv"), "run", str(bench), "--tiers", "C1", "--display", "plain",
+                           "--db", str(elsewhere)], env=bare, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run_id = rows(elsewhere, "SELECT id FROM runs")[0]["id"]
+    nexts = done.stdout[done.stdout.index("\nnext:\n"):].splitlines()[2:]
+    commands = [line.split("  # ")[0].strip() for line in nexts]
+    assert commands == [f"{VENV_BIN / 'resenv'} show {run_id} --db {elsewhere}",
+                        f"{VENV_BIN / 'resenv'} report {run_id} --db {elsewhere}",
+                        f"{VENV_BIN / 'resenv-tui'} {run_id} --db {elsewhere}"]
+    shown = subprocess.run(commands[0].split(), env=bare, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0 and "one/a" in shown.stdout, shown.stderr
+
+    on_path = {**cli_env, "PATH": f"{VENV_BIN}:/usr/bin:/bin"}  # activated, and the default store
+    again = subprocess.run(["resenv", "run", str(bench), "--tiers", "C1", "--display", "plain"], env=on_path,
+                           cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert again.returncode == 0, again.stdout + again.stderr
+    run_id = rows(Path(cli_env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
+    assert f"\n  resenv show {run_id}  " in again.stdout and "--db" not in again.stdout
