@@ -56,8 +56,11 @@ def _pyramid(scores: RunScores) -> list[str]:
         c0 = score.tiers["C0"]
         parts = [f"C0 {c0.text()} (imports {cell['C0 paper']})", *(f"{tier} {cell[tier]}" for tier in PYRAMID[1:])]
         lines.append(f"  {score.agent} ({counted(score.jobs, 'job')}): " + "  ".join(parts))
-        c5 = ", ".join(f"{cell['C5 ' + kind]} {kind}" for kind in HALLUCINATION_KINDS)
-        lines.append(f"    C5 hallucinations: {c5}; no/invalid report: {cell['no/invalid report']}")
+        if score.tiers["C5"].denominator:
+            c5 = ", ".join(f"{cell['C5 ' + kind]} {kind}" for kind in HALLUCINATION_KINDS)
+            lines.append(f"    C5 hallucinations: {c5}; no/invalid report: {cell['no/invalid report']}")
+        else:  # no report was audited: zero hallucinations would be a count of nothing
+            lines.append("    C5 not scored")
         if score.errors:
             lines.append(f"    ended in error: {errors_text(score.errors)}")
     return lines

@@ -331,6 +331,9 @@ def test_why_a_tier_failed_is_on_its_line_in_the_summary_and_in_show(tmp_path, c
     assert lines[verdict + 1:verdict + 3] == ["    RuntimeError: the widget is gone", f"    log: {stderr_log}"]
     failed = lines.index(f"  bad/a: done, C1 fail/{c1['category']}")
     assert lines[failed + 1:failed + 3] == ["    C1: RuntimeError: the widget is gone", f"    log: {stderr_log}"]
+    # C5 was not selected: no audit phase ran, and the summary does not count hallucinations it never looked for.
+    assert "bad/a  ▸ audit" not in lines and not rows(db, "SELECT 1 FROM phases WHERE name = 'audit'")
+    assert "    C5 not scored" in lines and not any("hallucinations" in line for line in lines)
 
     shown = json.loads(resenv("show", run_id, "--json", env=cli_env, cwd=tmp_path).stdout)
     [job] = shown["jobs"]
