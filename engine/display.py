@@ -39,7 +39,7 @@ from .outcomes import state_text
 from .store import StoreError, connect
 from .summary import summary_lines
 from .views import GLYPHS, tier_glyphs, tier_log, tier_reason
-from .wording import counted, duration
+from .wording import counted, duration, fold
 
 POLL_S = 0.5
 """How often the display reads what the engine has committed."""
@@ -206,9 +206,15 @@ class PlainDisplay:
 
     # -- what the tail calls ----------------------------------------------------------------
     def say(self, text: str | Text) -> None:
-        """One line as it is: never wrapped or cut (a reason keeps its whole path), no markup."""
+        """One line as it is: never wrapped or cut by the console (callers fold long ones between
+        words, so a path stays whole and can be copied), no markup."""
         with self.lock:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    @property
+    def width(self) -> int:
+        """The width lines are folded to: the terminal's, or 80 off a terminal."""
+        return self.console.width
 
     def counts(self, finished: int, running: int) -> None:
         if self.progress is not None:
@@ -290,7 +296,8 @@ class StoreTail:
         return f"{key} (attempt {number})" if number > 1 else key
 
     def _line(self, attempt_id: int | None, job_id: int | None, text: str, ts: float) -> None:
-        self.display.say(f"{self._key(job_id, attempt_id)}  {text}")
+        for line in fold(f"{self._key(job_id, attempt_id)}  {text}", self.display.width, indent=""):
+            self.display.say(line)
         if attempt_id is not None and (watch := self.watching.get(attempt_id)) is not None:
             watch.last_line_at = max(watch.last_line_at, ts, time.time())
 
@@ -323,7 +330,7 @@ class StoreTail:
                                 " ORDER BY id DESC LIMIT 1", (attempt_id, tier)).fetchone()
         evidence = json.loads(row["evidence_json"] or "{}") if row is not None else {}
         if (reason := tier_reason(evidence)) is not None:
-            self.display.say("    " + shorten(reason, max(self.display.console.width - 4, 20)))
+            self.display.say("    " + shorten(reason, max(self.display.width - 4, 20)))
         if (log := tier_log(evidence)) is not None:
             self.display.say(f"    log: {log}")
 
@@ -352,21 +359,24 @@ class StoreTail:
         watch = self.watching.pop(attempt_id, None) if attempt_id is not None else None
         state, reason = str(data.get("state")), data.get("reason")
         outcome = state_text(data.get("attempt_state") or state, data.get("category"))
-        why = f" ({reason})" if reason else ""
         if state in FINISHED:
             glyphs = f"  C0–C5 {tier_glyphs(watch.tiers)}" if watch is not None and watch.tiers else ""
-            text = Text(f"{self._key(job_id, attempt_id)}  {state_text(state, data.get('category'))}{why}{glyphs}",
+            text = Text(f"{self._key(job_id, attempt_id)}  {state_text(state, data.get('category'))}{glyphs}",
                         style=STATE_STYLE.get(state, ""))
             self.display.say(text)
         else:  # queued again: a retried infrastructure error, an operator's retry, an interruption
             again = "runs again on resume" if (reason or "").startswith("interrupted") else "queued to run again"
-            self._line(attempt_id, job_id, f"attempt ended {outcome}{why}; {again}", ts)
+            self._line(attempt_id, job_id, f"attempt ended {outcome}; {again}", ts)
+        if reason:  # under the line, folded to the width: a reason often holds a path or a command
+            for line in fold(reason, self.display.width, indent="    "):
+                self.display.say(line)
 
     def _control(self, data: dict[str, Any]) -> None:
         target = f" {self.keys.get(data['job_id'], data['job_id'])}" if data.get("job_id") else ""
         tier = f" tier {data['tier']}" if data.get("tier") else ""
         message = f": {data['ack_message']}" if data.get("ack_message") else ""
-        self.display.say(f"control {data.get('action')}{target}{tier}: {data.get('ack')}{message}")
+        for line in fold(f"control {data.get('action')}{target}{tier}: {data.get('ack')}{message}", self.display.width):
+            self.display.say(line)
 
     def _paused_jobs(self) -> set[int]:
         return {row["id"] for row in self.conn.execute(
@@ -397,7 +407,7 @@ class StoreTail:
             paused = "paused in " if job_id in paused_jobs else ""
             head = f"{key}  … {paused}{watch.phase} {duration(now - watch.phase_since)} · "
             last = watch.last_output or "no output yet"
-            self.display.say(head + shorten(last, max(self.display.console.width - len(head), 10)))
+            self.display.say(head + shorten(last, max(self.display.width - len(head), 10)))
             watch.last_line_at = now
 
 

@@ -23,6 +23,22 @@ MISSING_MODULE = "import resenv_no_such_module\n"
 VENV_BIN = Path(sys.executable).parent
 
 
+def unfolded(lines: list[str], at: int) -> str:
+    """The text folded onto lines[at] and the continuation lines under it (two spaces deeper)."""
+    indent = len(lines[at]) - len(lines[at].lstrip())
+    parts = [lines[at].strip()]
+    for line in lines[at + 1:]:
+        if not line.startswith(" " * (indent + 2)) or line.startswith(" " * (indent + 3)):
+            break
+        parts.append(line.strip())
+    return " ".join(parts)
+
+
+def offered(lines: list[str], command: str) -> bool:
+    """Whether the summary's next steps offer `command` as it is typed (beside its comment, or under it)."""
+    return any(line == f"  {command}" or line.startswith(f"  {command} ") for line in lines)
+
+
 def typed(program: str) -> str:
     """How the summary prints this installation's `program`: bare when PATH finds it, else its path."""
     found = shutil.which(program)
@@ -57,26 +73,31 @@ def test_plain_run_prints_phases_verdicts_retries_and_the_reports_numbers(tmp_pa
     first, second = rows(db, "SELECT a.reason FROM attempts a JOIN jobs j ON j.id = a.job_id"
                              " WHERE j.key = 'broken/a' ORDER BY a.number")
     assert "lib/util.py" in first["reason"]
-    assert f"broken/a  attempt ended error/infra ({first['reason']}); queued to run again" in lines
-    assert f"broken/a (attempt 2)  error/infra ({second['reason']})" in lines
+    ended = lines.index("broken/a  attempt ended error/infra; queued to run again")
+    assert unfolded(lines, ended + 1) == first["reason"]  # under it, folded to 80 columns
+    assert unfolded(lines, lines.index("broken/a (attempt 2)  error/infra") + 1) == second["reason"]
     gone = rows(db, "SELECT reason FROM jobs WHERE key = 'gone/a'")[0]["reason"]
-    assert f"gone/a  error/download_failed ({gone})" in lines
+    assert unfolded(lines, lines.index("gone/a  error/download_failed") + 1) == gone
 
     # The summary: the pyramid's numbers are the report's and show's, errors by category, paths, next steps.
     report = json.loads(resenv("report", run_id, "--format", "json", env=cli_env, cwd=tmp_path).stdout)
     tiers = report["agents"]["a"]["tiers"]
-    pyramid = next(line for line in lines if line.startswith("  a (4 jobs): "))
+    at = next(at for at, line in enumerate(lines) if line.startswith("  a (4 jobs): "))
+    pyramid = " ".join(lines[at:at + 2])  # folded to 80 columns, a tier and its numbers never split
     shown = {tier: (int(p), int(d)) for tier, p, d in re.findall(r"(C[0-4]) (\d+)/(\d+)", pyramid)}
     assert shown == {tier: (tiers[tier]["passed"], tiers[tier]["denominator"]) for tier in ("C0", "C1", "C2", "C3", "C4")}
     assert shown["C1"] == (1, 2)  # one pass, one fail; the two error jobs are outside
     show = resenv("show", run_id, env=cli_env, cwd=tmp_path).stdout
     errors = next(line for line in show.splitlines() if line.startswith("a: ")).removeprefix("a: ")
-    assert "    ended in error: " + errors in lines
+    assert unfolded(lines, lines.index(next(line for line in lines if line.startswith("    ended in error: ")))) \
+        == "ended in error: " + errors
     assert errors == "1 infra error, outside every denominator; 1 other error (1 download_failed)"
     found = report["agents"]["a"]["hallucinations"]
     assert (f"    C5 hallucinations: {found.get('path', 0)} path, {found.get('version', 0)} version, "
             f"{found.get('capability', 0)} capability; no/invalid report: 0") in lines
-    assert f"failures by category: 1 error/download_failed, 1 error/infra, 1 fail/{bad_c1['category']}" in lines
+    tally = next(at for at, line in enumerate(lines) if line.startswith("failures by category: "))
+    assert " ".join(line.strip() for line in lines[tally:tally + 2]) == (  # folded to 80 columns
+        f"failures by category: 1 error/download_failed, 1 error/infra, 1 fail/{bad_c1['category']}")
     assert f"run {run_id} finished in " in out and "4 jobs (2 done, 2 error)" in out
     data_dir = Path(rows(db, "SELECT data_dir FROM runs")[0]["data_dir"])
     assert f"store:    {db}" in lines
@@ -85,10 +106,13 @@ def test_plain_run_prints_phases_verdicts_retries_and_the_reports_numbers(tmp_pa
     assert lines[failed + 2].startswith(f"    log: {data_dir / 'jobs' / 'bad--a' / 'attempt-1' / 'logs'}/C1-")
     assert Path(lines[failed + 2].removeprefix("    log: ")).is_file()
     gone_at = lines.index("  gone/a: error/download_failed")
-    assert lines[gone_at + 1:gone_at + 3] == [f"    {gone}", f"    logs: {data_dir / 'jobs' / 'gone--a' / 'attempt-1' / 'logs'}"]
+    assert unfolded(lines, gone_at + 1) == gone
+    assert f"    logs: {data_dir / 'jobs' / 'gone--a' / 'attempt-1' / 'logs'}" in lines[gone_at + 2:gone_at + 8]
+    # Laid out for 80 columns: only a line that holds a path runs longer.
+    assert not [line for line in lines if len(line) > 80 and not any("/" in word for word in line.split())]
     for command in (f"{typed('resenv')} show {run_id}", f"{typed('resenv')} report {run_id}",
                     f"{typed('resenv-tui')} {run_id}"):
-        assert any(line.startswith(f"  {command} ") for line in lines), command
+        assert offered(lines, command), command
     assert "--resume" not in out  # a finished run has nothing to resume
 
 
@@ -129,7 +153,7 @@ def test_heartbeat_in_a_long_phase_then_the_interrupted_summary(tmp_path, cli_en
     out = "".join(seen)
     run_id = rows(Path(cli_env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
     assert f"run {run_id} interrupted in " in out
-    assert f"  {typed('resenv')} run --resume {run_id} " in out
+    assert offered(out.splitlines(), f"{typed('resenv')} run --resume {run_id}")
 
 
 def test_on_a_terminal_a_progress_bar_stays_under_the_lines(tmp_path, cli_env):
@@ -197,11 +221,11 @@ def test_a_cancelled_run_ends_with_its_summary_and_how_to_run_the_job_again(tmp_
             engine.wait()
     reader.join(timeout=10)
     assert engine.returncode == 0
-    assert "one/a  cancelled (cancelled by operator)\n" in seen
+    assert "one/a  cancelled\n" in seen and seen[seen.index("one/a  cancelled\n") + 1] == "    cancelled by operator\n"
     assert any(line.startswith(f"run {run_id} cancelled in ") for line in seen)
     assert "not finished: 1 job\n" in seen and "  one/a: cancelled (cancelled by operator)\n" in seen
-    assert any(line.startswith(f"  {typed('resenv')} control retry {run_id} one/a ") for line in seen)
-    assert any(line.startswith(f"  {typed('resenv')} run --resume {run_id} ") for line in seen)
+    assert offered([line.rstrip("\n") for line in seen], f"{typed('resenv')} control retry {run_id} one/a")
+    assert offered([line.rstrip("\n") for line in seen], f"{typed('resenv')} run --resume {run_id}")
 
 
 def test_the_dashboard_of_resenv_run_leaves_the_summary_on_the_terminal(tmp_path, cli_env):
@@ -353,7 +377,8 @@ def test_the_next_commands_work_as_printed_with_another_store_and_no_venv_on_the
     assert done.returncode == 0, done.stdout + done.stderr
     run_id = rows(elsewhere, "SELECT id FROM runs")[0]["id"]
     nexts = done.stdout[done.stdout.index("\nnext:\n"):].splitlines()[2:]
-    commands = [line.split("  # ")[0].strip() for line in nexts]
+    commands = [line.split("  # ")[0].strip() for line in nexts if not line.startswith("  # ")]
+    assert all(len(line) <= 80 for line in nexts if line.startswith("  # "))  # too wide: each comment above
     assert commands == [f"{VENV_BIN / 'resenv'} show {run_id} --db {elsewhere}",
                         f"{VENV_BIN / 'resenv'} report {run_id} --db {elsewhere}",
                         f"{VENV_BIN / 'resenv-tui'} {run_id} --db {elsewhere}"]
