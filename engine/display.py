@@ -324,13 +324,14 @@ class StoreTail:
                 self._why(attempt_id, data["tier"])
 
     def _why(self, attempt_id: int, tier: str) -> None:
-        """Under a failed tier's line: why, cut to the width (`resenv show` has it whole), and the
-        raw log to read, whole on its own line."""
+        """Under a failed tier's line: why, folded to the width, and the raw log to read, whole on
+        its own line."""
         row = self.conn.execute("SELECT evidence_json FROM tier_results WHERE attempt_id = ? AND tier = ?"
                                 " ORDER BY id DESC LIMIT 1", (attempt_id, tier)).fetchone()
         evidence = json.loads(row["evidence_json"] or "{}") if row is not None else {}
         if (reason := tier_reason(evidence)) is not None:
-            self.display.say("    " + shorten(reason, max(self.display.width - 4, 20)))
+            for line in fold(reason, self.display.width, indent="    "):
+                self.display.say(line)
         if (log := tier_log(evidence)) is not None:
             self.display.say(f"    log: {log}")
 
