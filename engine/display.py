@@ -38,8 +38,8 @@ from .lifecycle import AttemptOutcome
 from .outcomes import state_text
 from .store import StoreError, connect
 from .summary import summary_lines
-from .views import GLYPHS, tier_glyphs
-from .wording import counted, duration
+from .views import GLYPHS, tier_glyphs, tier_log, tier_reason
+from .wording import counted, duration, fold
 
 POLL_S = 0.5
 """How often the display reads what the engine has committed."""
@@ -47,6 +47,37 @@ HEARTBEAT_S = 30.0
 """A phase of a job that printed no line for this long gets a heartbeat line (`RESENV_HEARTBEAT_S`)."""
 STATE_STYLE = {"done": "green", "error": "yellow", "cancelled": "dim"}
 FINISHED = {"done", "error", "cancelled"}
+
+
+class PipeSafeConsole(Console):
+    """A console that goes quiet when its reader goes away (`resenv run | head -3`).
+
+    Rich's default answer to a broken pipe is `SystemExit(1)` from whichever thread printed, which
+    would stop the engine mid-run and leave it `interrupted`. A display must never end the benchmark
+    it shows: this one stops printing and points every standard stream that writes into the same
+    broken pipe at the null device (what Python's notes on SIGPIPE advise), so that later writes,
+    click's included, and the interpreter's last flush go nowhere instead of raising, and the run
+    finishes and exits with its own status."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        broken = _identity(self.file)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            for stream in {id(s): s for s in (self.file, sys.stdout, sys.stderr) if s is not None}.values():
+                if broken is not None and _identity(stream) == broken:
+                    os.dup2(devnull, stream.fileno())
+        finally:
+            os.close(devnull)
+
+
+def _identity(stream: Any) -> tuple[int, int] | None:
+    """(device, inode) of the file behind `stream`, or None for one without a file descriptor."""
+    try:
+        info = os.fstat(stream.fileno())
+    except (AttributeError, OSError, ValueError):
+        return None
+    return info.st_dev, info.st_ino
 
 
 def heartbeat_interval() -> tuple[float, str | None]:
@@ -108,7 +139,7 @@ class PlainDisplay:
 
     def __init__(self, console: Console | None = None, *, heartbeat_s: float | None = None,
                  poll_s: float = POLL_S) -> None:
-        self.console = console or Console(file=sys.stdout, highlight=False)
+        self.console = console or PipeSafeConsole(file=sys.stdout, highlight=False)
         self.heartbeat_s, self.heartbeat_problem = heartbeat_interval()
         if heartbeat_s is not None:
             self.heartbeat_s, self.heartbeat_problem = heartbeat_s, None
@@ -175,9 +206,15 @@ class PlainDisplay:
 
     # -- what the tail calls ----------------------------------------------------------------
     def say(self, text: str | Text) -> None:
-        """One line as it is: never wrapped or cut (a reason keeps its whole path), no markup."""
+        """One line as it is: never wrapped or cut by the console (callers fold long ones between
+        words, so a path stays whole and can be copied), no markup."""
         with self.lock:
             self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    @property
+    def width(self) -> int:
+        """The width lines are folded to: the terminal's, or 80 off a terminal."""
+        return self.console.width
 
     def counts(self, finished: int, running: int) -> None:
         if self.progress is not None:
@@ -212,6 +249,8 @@ class StoreTail:
             "SELECT COALESCE(MAX(p.id), 0) FROM phases p JOIN attempts a ON a.id = p.attempt_id"
             " WHERE a.run_id = ?", (run_id,)).fetchone()[0]
         self.watching: dict[int, JobWatch] = {}  # by attempt id
+        self.paused_since: float | None = None  # while the run is paused: since when (this display saw it)
+        self.paused_line_at = 0.0
         self.attempts: dict[int, tuple[int, int]] = {}  # attempt id -> (job id, number)
 
     def close(self) -> None:
@@ -244,7 +283,9 @@ class StoreTail:
             if (watch := self.watching.get(row["attempt_id"])) is not None:
                 watch.last_output = readable(row["kind"], json.loads(row["data"])) or watch.last_output
         self.last_event = upto
-        self._heartbeats(time.time() if now is None else now)
+        now = time.time() if now is None else now
+        self._heartbeats(now, self._paused_jobs())
+        self._run_paused(now)
         counts = dict(self.conn.execute("SELECT state, COUNT(*) FROM jobs WHERE run_id = ? GROUP BY state",
                                         (self.run_id,)).fetchall())
         self.display.counts(sum(counts.get(state, 0) for state in FINISHED), counts.get("running", 0))
@@ -255,7 +296,8 @@ class StoreTail:
         return f"{key} (attempt {number})" if number > 1 else key
 
     def _line(self, attempt_id: int | None, job_id: int | None, text: str, ts: float) -> None:
-        self.display.say(f"{self._key(job_id, attempt_id)}  {text}")
+        for line in fold(f"{self._key(job_id, attempt_id)}  {text}", self.display.width, indent=""):
+            self.display.say(line)
         if attempt_id is not None and (watch := self.watching.get(attempt_id)) is not None:
             watch.last_line_at = max(watch.last_line_at, ts, time.time())
 
@@ -267,6 +309,8 @@ class StoreTail:
             gpus = ",".join(str(gpu) for gpu in data.get("gpus") or [])
             self.watching[attempt_id] = JobWatch(where=f"{data.get('host')}" + (f":{gpus}" if gpus else ""),
                                                  last_line_at=time.time())
+        elif kind == "job_state" and data.get("state") in ("paused", "running"):
+            pass  # an operator paused or resumed the job: its control line says so, the attempt goes on
         elif kind == "job_state":  # an attempt ended
             self._attempt_ended(job_id, data, ts)
         elif kind == "phase":
@@ -276,6 +320,20 @@ class StoreTail:
                 watch.tiers[data["tier"]] = data["status"]
             verdict = "/".join(filter(None, (data.get("status"), data.get("category"))))
             self._line(attempt_id, job_id, f"{data['tier']} {GLYPHS.get(data.get('status'), '?')} {verdict}", ts)
+            if data.get("status") in ("fail", "error") and attempt_id is not None:
+                self._why(attempt_id, data["tier"])
+
+    def _why(self, attempt_id: int, tier: str) -> None:
+        """Under a failed tier's line: why, folded to the width, and the raw log to read, whole on
+        its own line."""
+        row = self.conn.execute("SELECT evidence_json FROM tier_results WHERE attempt_id = ? AND tier = ?"
+                                " ORDER BY id DESC LIMIT 1", (attempt_id, tier)).fetchone()
+        evidence = json.loads(row["evidence_json"] or "{}") if row is not None else {}
+        if (reason := tier_reason(evidence)) is not None:
+            for line in fold(reason, self.display.width, indent="    "):
+                self.display.say(line)
+        if (log := tier_log(evidence)) is not None:
+            self.display.say(f"    log: {log}")
 
     def _phase(self, job_id: int | None, attempt_id: int | None, ts: float, data: dict[str, Any]) -> None:
         watch = self.watching.get(attempt_id) if attempt_id is not None else None
@@ -302,31 +360,55 @@ class StoreTail:
         watch = self.watching.pop(attempt_id, None) if attempt_id is not None else None
         state, reason = str(data.get("state")), data.get("reason")
         outcome = state_text(data.get("attempt_state") or state, data.get("category"))
-        why = f" ({reason})" if reason else ""
         if state in FINISHED:
             glyphs = f"  C0–C5 {tier_glyphs(watch.tiers)}" if watch is not None and watch.tiers else ""
-            text = Text(f"{self._key(job_id, attempt_id)}  {state_text(state, data.get('category'))}{why}{glyphs}",
+            text = Text(f"{self._key(job_id, attempt_id)}  {state_text(state, data.get('category'))}{glyphs}",
                         style=STATE_STYLE.get(state, ""))
             self.display.say(text)
         else:  # queued again: a retried infrastructure error, an operator's retry, an interruption
             again = "runs again on resume" if (reason or "").startswith("interrupted") else "queued to run again"
-            self._line(attempt_id, job_id, f"attempt ended {outcome}{why}; {again}", ts)
+            self._line(attempt_id, job_id, f"attempt ended {outcome}; {again}", ts)
+        if reason:  # under the line, folded to the width: a reason often holds a path or a command
+            for line in fold(reason, self.display.width, indent="    "):
+                self.display.say(line)
 
     def _control(self, data: dict[str, Any]) -> None:
         target = f" {self.keys.get(data['job_id'], data['job_id'])}" if data.get("job_id") else ""
         tier = f" tier {data['tier']}" if data.get("tier") else ""
         message = f": {data['ack_message']}" if data.get("ack_message") else ""
-        self.display.say(f"control {data.get('action')}{target}{tier}: {data.get('ack')}{message}")
+        for line in fold(f"control {data.get('action')}{target}{tier}: {data.get('ack')}{message}", self.display.width):
+            self.display.say(line)
 
-    def _heartbeats(self, now: float) -> None:
-        """A line for each job whose phase has gone `heartbeat_s` without a line of its own."""
+    def _paused_jobs(self) -> set[int]:
+        return {row["id"] for row in self.conn.execute(
+            "SELECT id FROM jobs WHERE run_id = ? AND state = 'paused'", (self.run_id,))}
+
+    def _run_paused(self, now: float) -> None:
+        """While the run is paused nothing runs and nothing prints: a heartbeat says it is paused and
+        how to go on, so that a quiet screen is never mistaken for a hung engine."""
+        row = self.conn.execute("SELECT state FROM runs WHERE id = ?", (self.run_id,)).fetchone()
+        if row is None or row["state"] != "paused":
+            self.paused_since = None
+            return
+        if self.paused_since is None:
+            self.paused_since = self.paused_line_at = now
+        if now - self.paused_line_at >= self.display.heartbeat_s:
+            self.display.say(f"run {self.run_id}  … paused {duration(now - self.paused_since)} · resume with"
+                             f" `resenv control resume {self.run_id}`")
+            self.paused_line_at = now
+
+    def _heartbeats(self, now: float, paused_jobs: set[int]) -> None:
+        """A line for each job whose phase has gone `heartbeat_s` without a line of its own; a
+        paused job's says it is paused."""
         for attempt_id, watch in self.watching.items():
             if watch.phase is None or now - watch.last_line_at < self.display.heartbeat_s:
                 continue
-            key = self._key(self.attempts[attempt_id][0], attempt_id)
-            head = f"{key}  … {watch.phase} {duration(now - watch.phase_since)} · "
+            job_id = self.attempts[attempt_id][0]
+            key = self._key(job_id, attempt_id)
+            paused = "paused in " if job_id in paused_jobs else ""
+            head = f"{key}  … {paused}{watch.phase} {duration(now - watch.phase_since)} · "
             last = watch.last_output or "no output yet"
-            self.display.say(head + shorten(last, max(self.display.console.width - len(head), 10)))
+            self.display.say(head + shorten(last, max(self.display.width - len(head), 10)))
             watch.last_line_at = now
 
 

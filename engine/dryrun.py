@@ -20,7 +20,7 @@ from .hosts import detect_local_gpus
 from .runs import RunPlan
 from .spec import Benchmark, Entrypoint, GitSource
 from .tiers import ENTRYPOINT_OF, GPUS_FOR
-from .wording import counted
+from .wording import counted, fold
 
 HARDWARE = "insufficient_hardware"
 NOT_APPLICABLE = "not_applicable"
@@ -32,6 +32,14 @@ class Skip:
     tier: str
     category: str  # not_applicable | insufficient_hardware
     reason: str
+
+
+@dataclass(frozen=True)
+class HostSkip:
+    tier: str
+    category: str  # insufficient_hardware: a job placed here would run the tier on a bigger host
+    reason: str
+    jobs: int  # the jobs placed here that would run the tier with enough GPUs
 
 
 @dataclass(frozen=True)
@@ -48,7 +56,7 @@ class PlannedHost:
     gpus_from: str  # spec | driver | unknown
     jobs: int  # jobs the scheduler may place here
     runs: tuple[str, ...]  # tiers some job placed here will score
-    skips: tuple[Skip, ...]  # tiers jobs placed here would want and cannot have, with why
+    skips: tuple[HostSkip, ...]  # tiers jobs placed here would run on a bigger host, with why
     note: str | None = None  # why the host takes no job, when it takes none
 
 
@@ -64,6 +72,7 @@ class PlannedJob:
     gpus_wanted: int  # what its selected tiers ask for (more than `gpus` when no host has that many)
     hosts: tuple[str, ...]  # the hosts it may run on
     assets: tuple[PlannedAsset, ...]
+    assets_needed: bool  # whether a tier it scores runs the repository's code (what assets are for)
 
 
 @dataclass(frozen=True)
@@ -136,9 +145,10 @@ def plan_jobs(bench: Benchmark, plan: RunPlan, cache: AssetCache) -> Plan:
         source = (f"{repo.source.git}@{repo.source.commit[:12]}" if isinstance(repo.source, GitSource)
                   else str(repo.source.path))
         assets = asset_statuses(repo, cache)
+        needed = any(code in ENTRYPOINT_OF for code in runs)
         for agent in plan.agents:
             jobs.append(PlannedJob(f"{repo.id}/{agent}", repo.id, agent, source, tuple(runs), tuple(skipped),
-                                   leased, wanted, where, assets))
+                                   leased, wanted, where, assets, needed))
     hosts = tuple(_planned_host(name, bench.host(name).kind, *counts[name], jobs, plan.tiers) for name in plan.hosts)
     return Plan(plan.suite, tuple(plan.agents), tuple(plan.tiers), hosts, tuple(jobs))
 
@@ -147,52 +157,60 @@ def _planned_host(name: str, kind: str, gpus: int | None, gpus_from: str, jobs: 
                   tiers: tuple[str, ...]) -> PlannedHost:
     here = [job for job in jobs if name in job.hosts]
     runs = tuple(code for code in tiers if any(code in job.tiers for job in here))
-    skips = tuple(
-        Skip(code, HARDWARE, "no GPU on this host" if not gpus else f"the host has {counted(gpus or 0, 'GPU')}")
-        for code in tiers
-        if code not in runs and any(skip.tier == code and skip.category == HARDWARE for job in here for skip in job.skipped)
-    )
+    without = "no GPU on this host" if not gpus else f"the host has {counted(gpus or 0, 'GPU')}"
+    skips = []
+    for code in tiers:
+        wanting = sum(any(skip.tier == code and skip.category == HARDWARE for skip in job.skipped) for job in here)
+        if wanting:
+            skips.append(HostSkip(code, HARDWARE, without, wanting))
     note = None
     if not here and jobs:
         fewest = min(job.gpus for job in jobs)
         note = (f"takes no job: every job leases at least {counted(fewest, 'GPU')} and another host of the run "
                 f"has them (this one has {gpus})")
-    return PlannedHost(name, kind, gpus, gpus_from, len(here), runs, skips, note)
+    return PlannedHost(name, kind, gpus, gpus_from, len(here), runs, tuple(skips), note)
 
 
 def render_plan(plan: Plan) -> str:
-    """The plan as lines for a person: hosts first, then one line per job and its skips."""
+    """The plan as lines for an 80-column terminal: hosts first (the tiers they run, the tiers jobs
+    placed there skip for want of GPUs and for how many jobs), then each job, its skips with their
+    category, its assets and its source, paths and names on lines of their own."""
     jobs = plan.jobs
-    lines = [f"dry run: suite {plan.suite} · {counted(len({j.repo for j in jobs}), 'repo')} × "
-             f"{counted(len(plan.agents), 'agent')} = {counted(len(jobs), 'job')} · "
-             f"hosts {', '.join(host.name for host in plan.hosts)} · tiers {','.join(plan.tiers) or 'none'}"]
+    lines = fold(f"dry run: suite {plan.suite} · {counted(len({j.repo for j in jobs}), 'repo')} × "
+                 f"{counted(len(plan.agents), 'agent')} = {counted(len(jobs), 'job')} · "
+                 f"hosts {', '.join(host.name for host in plan.hosts)} · tiers {','.join(plan.tiers) or 'none'}")
     for host in plan.hosts:
         gpus = "GPUs unknown until the run starts, gpus: auto" if host.gpus is None else \
             f"{counted(host.gpus, 'GPU')} from {GPUS_FROM[host.gpus_from]}"
         line = f"host {host.name} ({host.kind}, {gpus}): "
         if host.note:
-            lines.append(line + host.note)
+            lines += fold(line + host.note)
             continue
-        line += f"{counted(host.jobs, 'job')} may run here; runs {','.join(host.runs) or 'no tier'}"
-        why: dict[str, list[str]] = {}
+        lines += fold(line + f"{counted(host.jobs, 'job')} may run here")
+        lines.append(f"    runs {','.join(host.runs) or 'no tier'}")
+        grouped: dict[tuple[int, str], list[str]] = {}
         for skip in host.skips:
-            why.setdefault(f"{skip.category}: {skip.reason}", []).append(skip.tier)
-        for reason, codes in why.items():
-            line += f"; skips {','.join(codes)} ({reason})"
-        lines.append(line)
+            grouped.setdefault((skip.jobs, f"{skip.category}: {skip.reason}"), []).append(skip.tier)
+        for (n, reason), codes in grouped.items():
+            verb = "skips" if len(codes) == 1 else "skip"
+            lines += fold(f"{','.join(codes)} {verb} for {counted(n, 'job')} ({reason})", indent="    ")
     for job in jobs:
-        lines.append(f"{job.key}  tiers {','.join(job.tiers) or '-'}  gpus {job.gpus}  "
-                     f"assets {_assets_text(job.assets)}  source {job.source}")
+        lines.append(f"{job.key}  tiers {','.join(job.tiers) or '-'}  gpus {job.gpus}")
         for skip in job.skipped:
-            lines.append(f"    {skip.tier} skip: {skip.reason}" if skip.category == NOT_APPLICABLE
-                         else f"    {skip.tier} skip ({skip.category}): {skip.reason}")
+            lines += fold(f"{skip.tier} skip ({skip.category}): {skip.reason}", indent="    ")
+        lines += _asset_lines(job)
+        lines.append(f"    source {job.source}")
     counts = plan.to_json()["jobs_per_tier"]
-    lines.append("jobs per tier: " + "  ".join(f"{code} {n}" for code, n in counts.items()))
+    lines += fold("jobs per tier: " + "  ".join(f"{code} {n}" for code, n in counts.items()))
     lines.append(f"max GPUs per job: {max((j.gpus for j in jobs), default=0)}; nothing was stored or fetched")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines)
 
 
-def _assets_text(assets: tuple[PlannedAsset, ...]) -> str:
-    if not assets:
-        return "none"
-    return ", ".join(f"{asset.label} [{asset.status}]" for asset in assets)
+def _asset_lines(job: PlannedJob) -> list[str]:
+    """What a job's tiers need fetched: each asset on its own line, or why none is needed."""
+    if not job.assets:
+        return ["    assets none"]
+    if not job.assets_needed:
+        codes = ", ".join(ENTRYPOINT_OF)
+        return [f"    assets not needed: no selected tier runs the code ({codes})"]
+    return [f"    asset {asset.label} [{asset.status}]" for asset in job.assets]

@@ -148,7 +148,8 @@ class JobAttempt:
             if self.ctx.tiers:
                 self.tier_runner = TierRunner(self, self.ctx.tiers, self.lease.host.driver())
                 await self._phase("probes", self.timeouts.probes, self.tier_runner.run_probes)
-                await self._phase("audit", self.timeouts.audit, self.tier_runner.run_audit)
+                if "C5" in self.ctx.tiers:  # the audit judges C5 only: no phase when C5 is not selected
+                    await self._phase("audit", self.timeouts.audit, self.tier_runner.run_audit)
         except AttemptError as error:
             outcome = AttemptOutcome("error", error.category, str(error))
         finally:

@@ -277,6 +277,9 @@ class Engine:
         # Controls sent while no engine ran (a retry of a finished job, say) apply before dispatch.
         await self._apply_controls()
         self.display.started(self.run_id, len(self.jobs), self.db_path, self.run_dir)
+        if self.paused:  # paused before this engine began (a pause sent while none ran, say): say so now
+            self.display.message(f"run {self.run_id} is paused: no job starts until"
+                                 f" `resenv control resume {self.run_id}`")
         background = [
             asyncio.create_task(self._heartbeat(), name="heartbeat"),
             asyncio.create_task(self._poll_controls(), name="controls"),

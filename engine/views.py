@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -20,6 +21,22 @@ def tier_glyphs(tiers: dict[str, str | None]) -> str:
     return "  ".join(GLYPHS.get(tiers.get(tier), "?") for tier in TIERS)
 
 
+def tier_reason(evidence: dict[str, Any]) -> str | None:
+    """Why a tier failed, on one line: the classifier's evidence line (the exception a run died
+    with), else the probe's own reason, else the last line its command printed."""
+    for key in ("evidence_line", "reason"):
+        if isinstance(evidence.get(key), str) and evidence[key].strip():
+            return " ".join(evidence[key].split())
+    tail = [line.strip() for line in str(evidence.get("log_tail") or "").splitlines() if line.strip()]
+    return tail[-1] if tail else None
+
+
+def tier_log(evidence: dict[str, Any]) -> str | None:
+    """The raw log to read first for a tier: its command's stderr, else the first log it kept."""
+    logs = [str(log) for log in evidence.get("logs") or []]
+    return next((log for log in logs if log.endswith(".stderr")), logs[0] if logs else None)
+
+
 def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -> list[dict[str, Any]]:
     """One row per job: where it ran, its state (with the category of the attempt that ended it:
     `state_text` is ``error/model_api``), the latest status of each tier in `scoring` (default: the
@@ -31,12 +48,17 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
     where, params = scoring.where()
     tiers: dict[int, dict[str, str]] = {}
     tier_categories: dict[int, dict[str, str | None]] = {}
+    failures: dict[int, dict[str, dict[str, Any]]] = {}  # per job, its failing tiers' latest evidence
     for result in reader.rows(
-        f"SELECT job_id, tier, status, category FROM tier_results WHERE run_id = ? AND {where} ORDER BY id",
-        (run_id, *params),
+        f"SELECT job_id, tier, status, category, evidence_json FROM tier_results WHERE run_id = ? AND {where}"
+        " ORDER BY id", (run_id, *params),
     ):
         tiers.setdefault(result["job_id"], {})[result["tier"]] = result["status"]
         tier_categories.setdefault(result["job_id"], {})[result["tier"]] = result["category"]
+        failing = failures.setdefault(result["job_id"], {})
+        failing.pop(result["tier"], None)
+        if result["status"] in ("fail", "error"):
+            failing[result["tier"]] = json.loads(result["evidence_json"] or "{}")
     agent_time = {
         row["job_id"]: row["seconds"] for row in reader.rows(
             "SELECT a.job_id, SUM(p.finished_at - p.started_at) AS seconds FROM phases p"
@@ -66,8 +88,16 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
             where += f":{job['gpus']}"
         seconds = agent_time.get(job["id"])
         category = ended.get(job["id"]) if job["state"] == "error" else None
+        failing = failures.get(job["id"], {})
+        tier_reasons = {tier: tier_reason(evidence) for tier, evidence in failing.items()}
+        reason = job["reason"]
+        if job["state"] == "done" and failing:  # it ended well, its failing tiers are why it scored so
+            reason = "; ".join(f"{tier}: {why}" if why else tier for tier, why in sorted(tier_reasons.items()))
         rows.append({
             **job,
+            "reason": reason,
+            "tier_reasons": tier_reasons,  # failing tiers only
+            "tier_logs": {tier: tier_log(evidence) for tier, evidence in failing.items()},
             "category": category,
             "state_text": state_text(job["state"], category),
             "infra": job["state"] == "error" and is_infra(category),

@@ -45,8 +45,8 @@ def test_assets_validate_and_show_in_the_plan(tmp_path: Path):
     assert isinstance(url, UrlAsset) and url.dest is None
     plan = RunPlan(suite="s", agents=["a"], hosts=["local"])
     text = render_plan(plan_jobs(b, plan, AssetCache(tmp_path)))
-    assert ("assets hf:org/model@aaaaaaaaaaaa (100.0 MiB) [not cached], url:https://example.org/x.bin (2.0 KiB) "
-            "[not cached]") in text
+    assert ("    asset hf:org/model@aaaaaaaaaaaa (100.0 MiB) [not cached]\n"
+            "    asset url:https://example.org/x.bin (2.0 KiB) [not cached]\n") in text
     assert "r/a  tiers C0,C2,C3,C5  gpus 1" in text
 
 
