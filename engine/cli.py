@@ -8,6 +8,7 @@ import json
 import sqlite3
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from .controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_r
 from .display import NoDisplay, PlainDisplay
 from .summary import summary_lines
 from .cliload import load_for_cli
-from .paths import UnusablePath, absolute, default_data_dir, default_db, writable_dir
+from .paths import UnusablePath, absolute, default_data_dir, default_db, writable_dir, writable_file
 from .runs import RunPlan, create_run
 from .sandbox.isolation import IsolationUnavailable, check_available
 from .scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
@@ -36,7 +37,7 @@ from .scorings import header as scoring_header
 from .omitted import omitted_text
 from .outcomes import errors_text
 from .wording import counted
-from .views import error_counts, job_rows, omitted_output, tier_glyphs
+from .views import error_counts, job_rows, omitted_output, run_state, tier_glyphs
 
 # Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns.
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
@@ -65,12 +66,14 @@ def _reader(db_path: Path | None) -> StoreReader:
 
 
 def _open_run(db_path: Path | None, run_ref: str) -> tuple[StoreReader, dict[str, Any]]:
-    """The store and the run `run_ref` names; a missing store or run is a CLI error, not a traceback."""
+    """The store and the run `run_ref` names, its state as `runs` says it (`views.run_state`); a
+    missing store or run is a CLI error, not a traceback."""
     reader = _reader(db_path)
     try:
-        return reader, reader.resolve_run(run_ref)
+        run_row = reader.resolve_run(run_ref)
     except StoreError as error:
         raise click.ClickException(str(error)) from error
+    return reader, run_row | {"state": run_state(run_row)}
 
 
 scoring_option = click.option(
@@ -150,6 +153,7 @@ def run(
     if as_json and not dry_run:
         raise click.ClickException("--json goes with --dry-run (a run's results: `resenv show --json`)")
     if resume_id:
+        _refuse_new_run_options(click.get_current_context())
         try:
             reader = _reader(db)
         except click.ClickException as error:  # the store cannot even be read: nothing was touched
@@ -217,6 +221,19 @@ def run(
         sys.exit(130)
 
 
+RESUME_KEEPS = {"benchmark": "BENCHMARK", "suite": "--suite", "agents": "--agent", "repos": "--repo",
+                "hosts": "--host", "name": "--name", "data_dir": "--data-dir", "tiers_text": "--tiers"}
+"""What a resumed run keeps from its start (stored with it): given again on resume, it is refused."""
+
+
+def _refuse_new_run_options(ctx: click.Context) -> None:
+    """`run --resume` with an option that shapes a new run is one line, not an option silently ignored."""
+    for param, shown in RESUME_KEEPS.items():
+        if ctx.get_parameter_source(param) == click.core.ParameterSource.COMMANDLINE:
+            raise click.ClickException(f"{shown} cannot change on resume: a resumed run keeps what it started "
+                                       "with (start a new run for other ones)")
+
+
 def _nothing_to_resume(reader: StoreReader, run_row: dict[str, Any]) -> str | None:
     """Why `run --resume` has nothing to do, or None: a finished or cancelled run is over, and resuming
     it must change nothing (not its stored duration, not a pause queued for it), unless a retry was
@@ -261,16 +278,21 @@ def _check_secrets(bench: Any, agents: list[str]) -> None:
 
 
 def parse_tiers(text: str) -> tuple[str, ...]:
-    """`all`, `none` or a comma list of tier names, returned in pyramid order."""
-    if text == "all":
+    """`all`, `none` or a comma list of tier names (any case), returned in pyramid order. An empty
+    list is an error rather than `none`, and an unknown name is echoed as the user spelled it."""
+    if text.strip().lower() == "all":
         return ALL_TIERS
-    if text == "none":
+    if text.strip().lower() == "none":
         return ()
-    chosen = {part.strip().upper() for part in text.split(",") if part.strip()}
-    unknown = chosen - set(ALL_TIERS)
-    if unknown:
-        raise click.BadParameter(f"unknown tier(s) {', '.join(sorted(unknown))}; choose from {', '.join(ALL_TIERS)}",
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise click.BadParameter("--tiers is empty; give `all`, `none` or a list such as C0,C1,C5",
                                  param_hint="--tiers")
+    unknown = [part for part in parts if part.upper() not in ALL_TIERS]
+    if unknown:
+        raise click.BadParameter(f"unknown tier(s) {', '.join(unknown)}; choose from {', '.join(ALL_TIERS)}"
+                                 " (`all` and `none` stand alone)", param_hint="--tiers")
+    chosen = {part.upper() for part in parts}
     return tuple(tier for tier in ALL_TIERS if tier in chosen)
 
 
@@ -295,9 +317,7 @@ def list_runs(db_path: Path | None, as_json: bool) -> None:
     for run_row in reader.runs():
         counts = {row["state"]: row["n"] for row in reader.rows(
             "SELECT state, COUNT(*) AS n FROM jobs WHERE run_id = ? GROUP BY state", (run_row["id"],))}
-        state = run_row["state"]
-        if state in {"running", "paused"} and not engine_alive(run_row):
-            state = "interrupted"
+        state = run_state(run_row)
         started, finished = run_row["started_at"], run_row["finished_at"]
         listed.append({"id": run_row["id"], "name": run_row["name"], "state": state, "jobs": sum(counts.values()),
                        "jobs_by_state": counts, "started_at": started, "finished_at": finished,
@@ -313,7 +333,7 @@ def list_runs(db_path: Path | None, as_json: bool) -> None:
 
 
 @main.command()
-@click.argument("run_ref", metavar="RUN", default="latest", required=False)
+@click.argument("run_ref", metavar="[RUN]", default="latest", required=False)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @scoring_option
@@ -367,7 +387,7 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
 
 
 @main.command()
-@click.argument("run_ref", metavar="RUN", default="latest", required=False)
+@click.argument("run_ref", metavar="[RUN]", default="latest", required=False)
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json", "latex"]), default="md", show_default=True)
 @click.option("--table", type=click.Choice(TABLES), default=None,
@@ -381,14 +401,22 @@ def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None, sc
     from its latest scoring unless --scoring names another, and saying which."""
     if figure is not None and figure.suffix.lower() not in FIGURE_FORMATS:  # before anything is printed
         raise click.BadParameter("the figure must end in .png, .svg or .pdf", param_hint="--figure")
+    if figure is not None:
+        try:
+            figure = writable_file(figure, "the figure")
+        except UnusablePath as error:
+            raise click.ClickException(str(error)) from error
     if table is not None and fmt != "csv":
         raise click.BadParameter("--table chooses a CSV table; it goes with --format csv", param_hint="--table")
     reader, run_row = _open_run(db_path, run_ref)
     chosen, _ = _scoring(reader, run_row["id"], scoring_ref)
-    scores = score_run(reader, run_row["id"], chosen)
+    scores = replace(score_run(reader, run_row["id"], chosen), run=run_row)  # the state as `runs` says it
     click.echo(csv_table(scores, table or "summary") if fmt == "csv" else render(scores, fmt), nl=False)
     if figure is not None:
-        write_pyramid_figure(scores, figure)
+        try:
+            write_pyramid_figure(scores, figure)
+        except OSError as error:  # the disk filled or the directory went away since the check
+            raise click.ClickException(f"cannot write the figure {figure}: {error.strerror or error}") from error
         click.echo(f"figure written to {figure}", err=True)
 
 

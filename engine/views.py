@@ -10,10 +10,20 @@ from .scorings import Scoring
 from .findings import findings_summary, job_findings
 from .money import spend, usd
 from .outcomes import is_infra, state_text
+from .scheduler import engine_alive
 from .store import StoreReader
 
 TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
 GLYPHS = {"pass": "✓", "fail": "✗", "skip": "–", "error": "!", None: "·"}
+
+
+def run_state(run: dict[str, Any]) -> str:
+    """The state every listing gives a run: a `running` or `paused` one whose engine is gone (killed,
+    its machine rebooted) is `interrupted`, which `resenv run --resume` picks up; the stored state
+    stays what the engine last wrote."""
+    if run["state"] in {"running", "paused"} and not engine_alive(run):
+        return "interrupted"
+    return run["state"]
 
 
 def tier_glyphs(tiers: dict[str, str | None]) -> str:
