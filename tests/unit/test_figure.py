@@ -62,7 +62,8 @@ def test_the_figure_shows_the_reports_numbers(store: Path) -> None:
     finally:
         reader.close()
     assert [funnel.agent for funnel in data.agents] == list(report["agents"]) == ["claude-code", "baseline"]
-    assert data.title == f"suite starter · claude-code, baseline · 2026-01-01 · run {RUN}"
+    # the run has not finished: the title says so, its numbers being partial
+    assert data.title == f"suite starter · claude-code, baseline · 2026-01-01 · run {RUN} · running"
     assert data.subtitle == report["scoring"]["header"]
     for funnel in data.agents:
         entry, row = report["agents"][funnel.agent], table_cells(markdown, funnel.agent)
