@@ -154,6 +154,9 @@ def run(
         raise click.ClickException("--json goes with --dry-run (a run's results: `resenv show --json`)")
     if resume_id:
         _refuse_new_run_options(click.get_current_context())
+        if not db.exists():
+            raise click.ClickException(f"no run {resume_id!r}: there is no resenv database at {db} "
+                                       "(--db or RESENV_DB names the store the run is in)")
         try:
             reader = _reader(db)
         except click.ClickException as error:  # the store cannot even be read: nothing was touched

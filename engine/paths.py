@@ -53,13 +53,16 @@ def writable_dir(path: Path | str, what: str) -> Path:
     """
     path = absolute(path)
     if (blocker := blocking_file(path)) is not None:
-        raise UnusablePath(f"{what} {path} cannot be a directory: {blocker} is a file")
+        raise UnusablePath(f"{what} {path}: {blocker} is a file, not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UnusablePath(f"cannot create {what} {path}: {(error.strerror or str(error)).lower()}") from error
+    try:
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as error:
-        raise UnusablePath(f"{what} {path} is not writable: {error.strerror or error}") from error
+        raise UnusablePath(f"{what} {path} is not writable: {(error.strerror or str(error)).lower()}") from error
     return path
 
 

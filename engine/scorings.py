@@ -114,9 +114,13 @@ def resolve_scoring(scorings: list[Scoring], ref: str | int | None = "latest") -
         for scoring in scorings:
             if scoring.number == int(number):
                 return scoring
-    choices = "; ".join([f"original: {scorings[0].describe()}",
-                         *(f"{s.number}: {s.describe()}" for s in scorings if not s.original)])
-    raise ScoringLookupError(f"run {scorings[0].run_id} has no scoring {ref!r}; choose latest or one of {choices}")
+    original = f"`original` (rules {scorings[0].rules_version})"
+    rescores = [f"{s.number} for {s.describe()}" for s in scorings if not s.original]
+    if rescores:
+        choices = f"`latest`, {original} or a rescore's number: {', '.join(rescores)}"
+    else:
+        choices = f"`latest` or {original} (the run has no rescore)"
+    raise ScoringLookupError(f"run {scorings[0].run_id} has no scoring {ref!r}; choose {choices}")
 
 
 def header(chosen: Scoring, scorings: list[Scoring]) -> str:

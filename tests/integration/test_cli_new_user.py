@@ -209,3 +209,37 @@ def test_an_optional_run_reads_optional_and_an_empty_one_is_an_error(finished):
         empty = resenv(command, "", env=env, cwd=root)
         assert "an empty run id" in one_line_error(empty)
     assert "an empty run id" in one_line_error(resenv("control", "pause", "", env=env, cwd=root))
+
+
+def test_messages_say_what_is_wrong_in_one_line_without_python_reprs(tmp_path: Path):
+    env = cli_environ(tmp_path)
+    bench = write_bench(tmp_path)
+    (tmp_path / "latin1.yaml").write_bytes(b"version: 1\n# caf\xe9\n")
+    (tmp_path / "regfile").write_text("")
+    (tmp_path / "empty").mkdir()
+    cases = [
+        (("validate", "/nonexistent.yaml"), tmp_path, "Error: /nonexistent.yaml: no such file"),
+        (("validate", "latin1.yaml"), tmp_path, "Error: latin1.yaml: not UTF-8 text (byte 16)"),
+        (("run",), tmp_path / "empty", "Error: no benchmark.yaml here; pass a path"),
+        (("run", "--resume", "nosuch"), tmp_path, "Error: no run 'nosuch': there is no resenv database at"),
+        (("run", str(bench), "--data-dir", "/proc/foo"), tmp_path, "Error: cannot create the data dir /proc/foo"),
+        (("run", str(bench), "--data-dir", str(tmp_path / "regfile" / "d")), tmp_path,
+         f"Error: the data dir {tmp_path}/regfile/d: {tmp_path}/regfile is a file, not a directory"),
+    ]
+    for args, cwd, message in cases:
+        done = resenv(*args, env=env, cwd=cwd)
+        assert one_line_error(done).startswith(message), (args, done.stderr)
+        assert "Errno" not in done.stderr and "codec" not in done.stderr
+    assert not Path(env["RESENV_DB"]).exists()
+    (tmp_path / "invalid.yaml").write_text("version: 1\nsuites: 3\n")
+    invalid = resenv("validate", "invalid.yaml", env=env, cwd=tmp_path)
+    assert invalid.stderr.startswith("Error: invalid benchmark: invalid.yaml:"), invalid.stderr
+
+
+def test_an_unknown_scoring_names_the_choices_readably(finished):
+    root, env, run_id = finished
+    done = resenv("show", run_id, "--scoring", "foo", env=env, cwd=root)
+    assert one_line_error(done).strip().endswith(
+        f"run {run_id} has no scoring 'foo'; choose `latest` or `original` (rules "
+        + rows(Path(env["RESENV_DB"]), "SELECT rules_version FROM scorings")[0]["rules_version"]
+        + ") (the run has no rescore)")
