@@ -313,8 +313,12 @@ def validate(benchmark: Path) -> None:
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: a list of runs.")
 def list_runs(db_path: Path | None, as_json: bool) -> None:
-    """List the runs in the store, newest first."""
-    reader = _reader(db_path)
+    """List the runs in the store, newest first (none yet when there is no store)."""
+    db = _db(db_path)
+    if not db.exists():  # a store is made by the first run: before it, there are no runs, not an error
+        click.echo("[]" if as_json else f"no runs yet: there is no store at {db} (`resenv run` makes it)")
+        return
+    reader = _reader(db)
     table = Table("run", "name", "state", "jobs", "done", "error", "started", "duration")
     listed = []
     for run_row in reader.runs():

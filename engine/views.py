@@ -83,6 +83,7 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
             "infra": job["state"] == "error" and is_infra(category),
             "outside_denominators": job["state"] == "error" and is_infra(category),
             "where": where,
+            "gpus": gpu_list(job["gpus"]),
             "tiers": {tier: tiers.get(job["id"], {}).get(tier) for tier in TIERS},  # None: not scored
             "tier_categories": {tier: tier_categories.get(job["id"], {}).get(tier) for tier in TIERS},
             "agent_seconds": seconds,
@@ -94,6 +95,11 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
             "integrity": findings_summary(findings.get(job["id"], [])),
         })
     return rows
+
+
+def gpu_list(stored: str | None) -> list[int]:
+    """A lease's GPUs as numbers (`"0,1"` in the store is `[0, 1]`; none leased is `[]`)."""
+    return [int(gpu) for gpu in (stored or "").split(",") if gpu.strip()]
 
 
 def _elapsed(job: dict[str, Any]) -> float | None:

@@ -243,3 +243,20 @@ def test_an_unknown_scoring_names_the_choices_readably(finished):
         f"run {run_id} has no scoring 'foo'; choose `latest` or `original` (rules "
         + rows(Path(env["RESENV_DB"]), "SELECT rules_version FROM scorings")[0]["rules_version"]
         + ") (the run has no rescore)")
+
+
+def test_json_says_numbers_lists_and_a_finished_scoring(finished, tmp_path: Path):
+    root, env, run_id = finished
+    shown = json.loads(resenv("show", run_id, "--json", env=env, cwd=root).stdout)
+    assert [job["gpus"] for job in shown["jobs"]] == [[]]  # no GPU leased on a host without GPUs
+    assert shown["run"]["finished_at"] is not None
+    assert shown["scoring"]["finished_at"] == shown["run"]["finished_at"]
+    status = json.loads(resenv("assets", "status", str(root / "benchmark.yaml"), "--json", env=env, cwd=root).stdout)
+    hosts = status["hosts"] if isinstance(status, dict) else status
+    assert all("docker" not in host and host["sandbox"] == "process" for host in hosts), hosts
+    none = cli_environ(tmp_path)
+    listed = resenv("runs", "--json", env=none, cwd=tmp_path)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == [] and listed.stderr == ""
+    table = resenv("runs", env=none, cwd=tmp_path)
+    assert table.returncode == 0 and "no runs yet" in table.stdout
+    assert not Path(none["RESENV_DB"]).exists()  # listing made no store

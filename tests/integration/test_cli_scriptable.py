@@ -222,7 +222,7 @@ def test_hosts_check_and_assets_status_as_json(tmp_path: Path):
     assert status.returncode == 1  # something is missing, JSON or not
     shown = json.loads(status.stdout)
     assert shown["missing"] == 1 and shown["suite"] == "s"
-    assert shown["hosts"] == [{"name": "gpubox", "kind": "local", "reachable": True, "error": None, "docker": False,
+    assert shown["hosts"] == [{"name": "gpubox", "kind": "local", "reachable": True, "error": None, "sandbox": "process",
                                "assets": [{"label": "url:http://127.0.0.1:9/w.bin (4 B)", "cached": False}]}]
     assert shown["unpinned"] == [{"repo": "ok", "label": "hf:org/weights"}, {"repo": "bad", "label": "hf:org/weights"}]
     text = resenv("assets", "status", str(bench), env=env, cwd=tmp_path)
