@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, _pct, state_note, to_json
+from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, _pct, c0_text, state_note, to_json
 from .wording import counted
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -70,7 +70,7 @@ def figure_data(scores: RunScores) -> FigureData:
 def _funnel(agent: str, entry: dict[str, Any]) -> AgentFunnel:
     c0 = entry["c0"]
     bars = [FunnelBar("C0", c0["total"] - c0["missing"], c0["total"], c0["paper_ratio"],
-                      f"{c0['total'] - c0['missing']}/{c0['total']} ({_pct(c0['paper_ratio'])})",
+                      c0_text(c0["total"] - c0["missing"], c0["total"]),
                       "" if c0["total"] else "no import census")]
     for tier in PYRAMID[1:]:
         tally = entry["tiers"][tier]

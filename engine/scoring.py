@@ -274,6 +274,11 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}%"
 
 
+def c0_text(resolved: int, total: int) -> str:
+    """`41/41 (100.0%)`: imports resolved out of all (the figure's C0 bar prints the same); `—`: no census."""
+    return f"{resolved}/{total} ({_pct(resolved / total)})" if total else "—"
+
+
 NOT_SCORED = "—"  # a C5 count of an agent C5 judged no job of: unknown, never 0
 
 
@@ -295,7 +300,8 @@ def agent_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
         size = score.env_bytes_median
         counts = score.hallucination_counts()
         rows.append([
-            score.agent, str(score.jobs), _pct(score.c0_paper_ratio), _pct(score.c0_third_party_ratio), *tiers,
+            score.agent, str(score.jobs), c0_text(score.c0_total - score.c0_missing, score.c0_total),
+            c0_text(score.c0_third_party_total - score.c0_third_party_missing, score.c0_third_party_total), *tiers,
             *(NOT_SCORED if counts is None else str(counts[kind]) for kind in HALLUCINATION_KINDS),
             str(sum(score.report_problems.values())), f"{score.agent_seconds:.1f}s",
             score.tokens_text, score.cost_text,
