@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import os
 import sqlite3
 import sys
 import time
@@ -14,7 +15,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from . import __version__
 from .controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
@@ -37,10 +37,12 @@ from .scorings import header as scoring_header
 from .omitted import omitted_text
 from .outcomes import errors_text
 from .wording import counted
-from .views import error_counts, job_rows, omitted_output, run_state, tier_glyphs
+from .fit import Column, fitted_table
+from .views import GLYPHS, error_counts, job_rows, omitted_output, run_state
 
-# Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+# Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns, unless
+# COLUMNS says how wide the reader is (rich reads it when the width is left to it).
+console = Console(highlight=False, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
 
 db_option = click.option(
     "--db", "db_path", type=click.Path(path_type=Path), default=None,
@@ -153,7 +155,6 @@ def run(
     if as_json and not dry_run:
         raise click.ClickException("--json goes with --dry-run (a run's results: `resenv show --json`)")
     if resume_id:
-        _refuse_new_run_options(click.get_current_context())
         if not db.exists():
             raise click.ClickException(f"no run {resume_id!r}: there is no resenv database at {db} "
                                        "(--db or RESENV_DB names the store the run is in)")
@@ -164,6 +165,7 @@ def run(
                                        f"`resenv run --resume {resume_id}` once that is fixed") from error
         try:
             run_row = reader.resolve_run(resume_id)
+            _refuse_new_run_options(click.get_current_context(), run_row)
             done = _nothing_to_resume(reader, run_row)
         except StoreError as error:
             raise click.ClickException(str(error)) from error
@@ -229,12 +231,24 @@ RESUME_KEEPS = {"benchmark": "BENCHMARK", "suite": "--suite", "agents": "--agent
 """What a resumed run keeps from its start (stored with it): given again on resume, it is refused."""
 
 
-def _refuse_new_run_options(ctx: click.Context) -> None:
-    """`run --resume` with an option that shapes a new run is one line, not an option silently ignored."""
+def _refuse_new_run_options(ctx: click.Context, run_row: dict[str, Any]) -> None:
+    """`run --resume` with an option that shapes a new run is one line, not an option silently ignored;
+    `--tiers` naming the run's own tiers changes nothing and is let through."""
     for param, shown in RESUME_KEEPS.items():
-        if ctx.get_parameter_source(param) == click.core.ParameterSource.COMMANDLINE:
-            raise click.ClickException(f"{shown} cannot change on resume: a resumed run keeps what it started "
-                                       "with (start a new run for other ones)")
+        if ctx.get_parameter_source(param) != click.core.ParameterSource.COMMANDLINE:
+            continue
+        if param == "tiers_text" and parse_tiers(ctx.params[param]) == run_tiers(run_row):
+            continue
+        raise click.ClickException(f"{shown} cannot change on resume: run {run_row['id']} keeps what it started "
+                                   "with (start a new run for other ones)")
+
+
+# What a narrow terminal keeps: ids, states and every tier; then the reason, money, time, tokens, the host.
+RUNS_COLUMNS = [Column("run"), Column("name", 1), Column("state"), Column("jobs", 2, "right"),
+                Column("done", 3, "right"), Column("error", 2, "right"), Column("started", 5), Column("duration", 4)]
+SHOW_COLUMNS = [Column("job"), Column("host:gpus", 5), Column("state"), *(Column(tier) for tier in ALL_TIERS),
+                Column("attempt", 7, "right"), Column("agent s", 6, "right"), Column("tokens", 4, "right"),
+                Column("cost", 2, "right"), Column("elapsed", 3, "right"), Column("reason", 1)]
 
 
 def _nothing_to_resume(reader: StoreReader, run_row: dict[str, Any]) -> str | None:
@@ -319,7 +333,7 @@ def list_runs(db_path: Path | None, as_json: bool) -> None:
         click.echo("[]" if as_json else f"no runs yet: there is no store at {db} (`resenv run` makes it)")
         return
     reader = _reader(db)
-    table = Table("run", "name", "state", "jobs", "done", "error", "started", "duration")
+    cells = []
     listed = []
     for run_row in reader.runs():
         counts = {row["state"]: row["n"] for row in reader.rows(
@@ -329,14 +343,14 @@ def list_runs(db_path: Path | None, as_json: bool) -> None:
         listed.append({"id": run_row["id"], "name": run_row["name"], "state": state, "jobs": sum(counts.values()),
                        "jobs_by_state": counts, "started_at": started, "finished_at": finished,
                        "duration_s": None if not started else round((finished or time.time()) - started, 3)})
-        table.add_row(
+        cells.append([
             run_row["id"], run_row["name"], state, str(sum(counts.values())), str(counts.get("done", 0)),
             str(counts.get("error", 0)), _when(started), _duration(run_row),
-        )
+        ])
     if as_json:
         click.echo(json.dumps(listed, indent=2))
         return
-    console.print(table)
+    console.print(fitted_table(RUNS_COLUMNS, cells, console.width))
 
 
 @main.command()
@@ -366,14 +380,12 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
     console.print(f"run {run_row['id']} · {run_row['name']} · {run_row['state']} · {run_row['data_dir']}")
     for line in lines:
         console.print(line, markup=False)
-    table = Table("job", "host:gpus", "state", "C0 C1 C2 C3 C4 C5", "attempt", "agent s", "tokens", "cost",
-                  "elapsed", "reason")
-    for row in rows:
-        table.add_row(
-            row["key"], row["where"], row["state_text"], tier_glyphs(row["tiers"]), str(row["attempts"]),
-            row["agent_time_text"], row["tokens_text"], row["cost_text"], row["elapsed_text"], row["reason"] or "",
-        )
-    console.print(table)
+    cells = [[
+        row["key"], row["where"], row["state_text"], *(GLYPHS.get(row["tiers"][tier], "?") for tier in ALL_TIERS),
+        str(row["attempts"]), row["agent_time_text"], row["tokens_text"], row["cost_text"], row["elapsed_text"],
+        row["reason"] or "",
+    ] for row in rows]
+    console.print(fitted_table(SHOW_COLUMNS, cells, console.width))
     console.print("tiers: ✓ pass  ✗ fail  – skip  ! error  · not scored")
     for agent, counts in errors.items():
         console.print(f"{agent}: {errors_text(counts)}", markup=False)

@@ -196,6 +196,8 @@ def test_resume_refuses_the_options_it_would_ignore(finished):
                    ("--name", "x"), ("--data-dir", str(root / "elsewhere"))):
         done = resenv("run", "--resume", run_id, *option, env=env, cwd=root)
         assert f"{option[0]} cannot change on resume" in one_line_error(done), option
+    same = resenv("run", "--resume", run_id, "--tiers", "c3,C1", env=env, cwd=root)  # the run's own tiers
+    assert same.returncode == 0 and "nothing to resume" in same.stdout, same.stderr
     named = resenv("run", str(root / "benchmark.yaml"), "--resume", run_id, env=env, cwd=root)
     assert "BENCHMARK cannot change on resume" in one_line_error(named)
     assert rows(db, "SELECT * FROM runs") == before
@@ -260,3 +262,26 @@ def test_json_says_numbers_lists_and_a_finished_scoring(finished, tmp_path: Path
     table = resenv("runs", env=none, cwd=tmp_path)
     assert table.returncode == 0 and "no runs yet" in table.stdout
     assert not Path(none["RESENV_DB"]).exists()  # listing made no store
+
+
+@pytest.mark.parametrize("columns", [80, 200])
+def test_show_and_runs_fit_the_width_with_every_tier_and_whole_names(tmp_path: Path, columns: int):
+    from ..tui import fixture_db
+
+    db = fixture_db.build(tmp_path / "fixture")
+    env = cli_environ(tmp_path) | {"RESENV_DB": str(db), "COLUMNS": str(columns)}
+    keys = sorted(row["key"] for row in rows(db, "SELECT key FROM jobs WHERE run_id = ?", (fixture_db.LIVE_RUN,)))
+    shown = resenv("show", fixture_db.LIVE_RUN, env=env, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    table = [line for line in lines if line[:1] in "┏┃┡│└"]
+    assert table and all(len(line) <= columns for line in table), "\n".join(table)
+    header = [cell.strip() for cell in table[1].strip("┃").split("┃")]
+    assert header[:2] == ["job", "state"] or header[:3] == ["job", "host:gpus", "state"]
+    assert [cell for cell in header if cell.startswith("C")] == ["C0", "C1", "C2", "C3", "C4", "C5"]
+    body = [[cell.strip() for cell in line.strip("│").split("│")] for line in table if line.startswith("│")]
+    assert sorted(row[0] for row in body) == keys  # one line per job, its name whole
+    if columns == 200:
+        assert {"tokens", "cost", "elapsed", "reason"} <= set(header)
+    listed = resenv("runs", env=env, cwd=tmp_path).stdout.splitlines()
+    assert all(len(line) <= columns for line in listed) and any(fixture_db.LIVE_RUN in line for line in listed)
