@@ -151,7 +151,7 @@ def _draw_hallucinations(ax: Any, funnels: tuple[AgentFunnel, ...]) -> None:
     top = max([1, *(n for funnel in funnels for n in (funnel.hallucinations or {}).values())])
     for row, funnel in enumerate(funnels):
         if funnel.hallucinations is None:  # C5 judged none of its jobs: no counts, not zeros
-            ax.text(top * 0.02, row, "not scored", va="center", fontsize=7, color="#444444")
+            ax.text(top * 0.02, row, "not scored: C5 judged no job", va="center", fontsize=7, color="#444444")
             continue
         for index, kind in enumerate(HALLUCINATION_KINDS):
             y = row + (index - (len(HALLUCINATION_KINDS) - 1) / 2) * height
@@ -162,7 +162,7 @@ def _draw_hallucinations(ax: Any, funnels: tuple[AgentFunnel, ...]) -> None:
     ax.set_yticks(range(len(funnels)), [
         funnel.agent + (f"\n{counted(funnel.report_problems, 'report')} missing/invalid"
                         if funnel.report_problems else "") for funnel in funnels])
-    ax.invert_yaxis()
+    ax.set_ylim(len(funnels) - 0.5, -0.5)  # the first agent on top, each row centred (bars or not)
     ax.set_xlim(0, top * 1.45)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("claims contradicted by the probes")
