@@ -195,7 +195,7 @@ def status_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], h
     for name in host_names:
         spec = bench.host(name)
         entry: dict[str, Any] = {"name": name, "kind": spec.kind, "reachable": True, "error": None,
-                                 "docker": getattr(spec, "sandbox", "process") == "docker"}
+                                 "sandbox": getattr(spec, "sandbox", "process")}
         there: list[bool | None] = list(local)
         if _needs_host_copy(spec):
             from .remote import HostDown
@@ -232,7 +232,7 @@ def _print_status(suite_name: str, cache: AssetCache, assets: list[Asset], repor
         if not entry["reachable"]:
             click.echo(f"{entry['name']} ({entry['kind']}): UNREACHABLE: {entry['error']}")
             continue
-        click.echo(f"{entry['name']} ({entry['kind']}{', docker: copied into each container' if entry['docker'] else ''}):")
+        click.echo(f"{entry['name']} ({entry['kind']}{', docker: copied into each container' if entry['sandbox'] == 'docker' else ''}):")
         for item in entry["assets"]:
             click.echo(f"  {'cached ' if item['cached'] else 'MISSING'} {item['label']}")
     if unpinned:

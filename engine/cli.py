@@ -5,22 +5,23 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import os
 import sqlite3
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 from rich.console import Console
-from rich.table import Table
 
 from . import __version__
 from .controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
 from .display import NoDisplay, PlainDisplay
 from .summary import summary_lines
 from .cliload import load_for_cli
-from .paths import UnusablePath, absolute, default_data_dir, default_db, writable_dir
+from .paths import UnusablePath, absolute, default_data_dir, default_db, writable_dir, writable_file
 from .runs import RunPlan, create_run
 from .sandbox.isolation import IsolationUnavailable, check_available
 from .scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
@@ -36,10 +37,12 @@ from .scorings import header as scoring_header
 from .omitted import omitted_text
 from .outcomes import errors_text
 from .wording import counted
-from .views import error_counts, job_rows, omitted_output, tier_glyphs
+from .fit import Column, fitted_table
+from .views import GLYPHS, error_counts, job_rows, omitted_output, run_state
 
-# Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns.
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+# Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns, unless
+# COLUMNS says how wide the reader is (rich reads it when the width is left to it).
+console = Console(highlight=False, width=None if sys.stdout.isatty() or os.environ.get("COLUMNS") else 200)
 
 db_option = click.option(
     "--db", "db_path", type=click.Path(path_type=Path), default=None,
@@ -65,12 +68,14 @@ def _reader(db_path: Path | None) -> StoreReader:
 
 
 def _open_run(db_path: Path | None, run_ref: str) -> tuple[StoreReader, dict[str, Any]]:
-    """The store and the run `run_ref` names; a missing store or run is a CLI error, not a traceback."""
+    """The store and the run `run_ref` names, its state as `runs` says it (`views.run_state`); a
+    missing store or run is a CLI error, not a traceback."""
     reader = _reader(db_path)
     try:
-        return reader, reader.resolve_run(run_ref)
+        run_row = reader.resolve_run(run_ref)
     except StoreError as error:
         raise click.ClickException(str(error)) from error
+    return reader, run_row | {"state": run_state(run_row)}
 
 
 scoring_option = click.option(
@@ -150,6 +155,9 @@ def run(
     if as_json and not dry_run:
         raise click.ClickException("--json goes with --dry-run (a run's results: `resenv show --json`)")
     if resume_id:
+        if not db.exists():
+            raise click.ClickException(f"no run {resume_id!r}: there is no resenv database at {db} "
+                                       "(--db or RESENV_DB names the store the run is in)")
         try:
             reader = _reader(db)
         except click.ClickException as error:  # the store cannot even be read: nothing was touched
@@ -157,6 +165,7 @@ def run(
                                        f"`resenv run --resume {resume_id}` once that is fixed") from error
         try:
             run_row = reader.resolve_run(resume_id)
+            _refuse_new_run_options(click.get_current_context(), run_row)
             done = _nothing_to_resume(reader, run_row)
         except StoreError as error:
             raise click.ClickException(str(error)) from error
@@ -217,6 +226,31 @@ def run(
         sys.exit(130)
 
 
+RESUME_KEEPS = {"benchmark": "BENCHMARK", "suite": "--suite", "agents": "--agent", "repos": "--repo",
+                "hosts": "--host", "name": "--name", "data_dir": "--data-dir", "tiers_text": "--tiers"}
+"""What a resumed run keeps from its start (stored with it): given again on resume, it is refused."""
+
+
+def _refuse_new_run_options(ctx: click.Context, run_row: dict[str, Any]) -> None:
+    """`run --resume` with an option that shapes a new run is one line, not an option silently ignored;
+    `--tiers` naming the run's own tiers changes nothing and is let through."""
+    for param, shown in RESUME_KEEPS.items():
+        if ctx.get_parameter_source(param) != click.core.ParameterSource.COMMANDLINE:
+            continue
+        if param == "tiers_text" and parse_tiers(ctx.params[param]) == run_tiers(run_row):
+            continue
+        raise click.ClickException(f"{shown} cannot change on resume: run {run_row['id']} keeps what it started "
+                                   "with (start a new run for other ones)")
+
+
+# What a narrow terminal keeps: ids, states and every tier; then the reason, money, time, tokens, the host.
+RUNS_COLUMNS = [Column("run"), Column("name", 1), Column("state"), Column("jobs", 2, "right"),
+                Column("done", 3, "right"), Column("error", 2, "right"), Column("started", 5), Column("duration", 4)]
+SHOW_COLUMNS = [Column("job"), Column("host:gpus", 5), Column("state"), *(Column(tier) for tier in ALL_TIERS),
+                Column("attempt", 7, "right"), Column("agent s", 6, "right"), Column("tokens", 4, "right"),
+                Column("cost", 2, "right"), Column("elapsed", 3, "right"), Column("reason", 1)]
+
+
 def _nothing_to_resume(reader: StoreReader, run_row: dict[str, Any]) -> str | None:
     """Why `run --resume` has nothing to do, or None: a finished or cancelled run is over, and resuming
     it must change nothing (not its stored duration, not a pause queued for it), unless a retry was
@@ -261,16 +295,21 @@ def _check_secrets(bench: Any, agents: list[str]) -> None:
 
 
 def parse_tiers(text: str) -> tuple[str, ...]:
-    """`all`, `none` or a comma list of tier names, returned in pyramid order."""
-    if text == "all":
+    """`all`, `none` or a comma list of tier names (any case), returned in pyramid order. An empty
+    list is an error rather than `none`, and an unknown name is echoed as the user spelled it."""
+    if text.strip().lower() == "all":
         return ALL_TIERS
-    if text == "none":
+    if text.strip().lower() == "none":
         return ()
-    chosen = {part.strip().upper() for part in text.split(",") if part.strip()}
-    unknown = chosen - set(ALL_TIERS)
-    if unknown:
-        raise click.BadParameter(f"unknown tier(s) {', '.join(sorted(unknown))}; choose from {', '.join(ALL_TIERS)}",
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise click.BadParameter("--tiers is empty; give `all`, `none` or a list such as C0,C1,C5",
                                  param_hint="--tiers")
+    unknown = [part for part in parts if part.upper() not in ALL_TIERS]
+    if unknown:
+        raise click.BadParameter(f"unknown tier(s) {', '.join(unknown)}; choose from {', '.join(ALL_TIERS)}"
+                                 " (`all` and `none` stand alone)", param_hint="--tiers")
+    chosen = {part.upper() for part in parts}
     return tuple(tier for tier in ALL_TIERS if tier in chosen)
 
 
@@ -288,32 +327,34 @@ def validate(benchmark: Path) -> None:
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output: a list of runs.")
 def list_runs(db_path: Path | None, as_json: bool) -> None:
-    """List the runs in the store, newest first."""
-    reader = _reader(db_path)
-    table = Table("run", "name", "state", "jobs", "done", "error", "started", "duration")
+    """List the runs in the store, newest first (none yet when there is no store)."""
+    db = _db(db_path)
+    if not db.exists():  # a store is made by the first run: before it, there are no runs, not an error
+        click.echo("[]" if as_json else f"no runs yet: there is no store at {db} (`resenv run` makes it)")
+        return
+    reader = _reader(db)
+    cells = []
     listed = []
     for run_row in reader.runs():
         counts = {row["state"]: row["n"] for row in reader.rows(
             "SELECT state, COUNT(*) AS n FROM jobs WHERE run_id = ? GROUP BY state", (run_row["id"],))}
-        state = run_row["state"]
-        if state in {"running", "paused"} and not engine_alive(run_row):
-            state = "interrupted"
+        state = run_state(run_row)
         started, finished = run_row["started_at"], run_row["finished_at"]
         listed.append({"id": run_row["id"], "name": run_row["name"], "state": state, "jobs": sum(counts.values()),
                        "jobs_by_state": counts, "started_at": started, "finished_at": finished,
                        "duration_s": None if not started else round((finished or time.time()) - started, 3)})
-        table.add_row(
+        cells.append([
             run_row["id"], run_row["name"], state, str(sum(counts.values())), str(counts.get("done", 0)),
             str(counts.get("error", 0)), _when(started), _duration(run_row),
-        )
+        ])
     if as_json:
         click.echo(json.dumps(listed, indent=2))
         return
-    console.print(table)
+    console.print(fitted_table(RUNS_COLUMNS, cells, console.width))
 
 
 @main.command()
-@click.argument("run_ref", metavar="RUN", default="latest", required=False)
+@click.argument("run_ref", metavar="[RUN]", default="latest", required=False)
 @db_option
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @scoring_option
@@ -339,14 +380,12 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
     console.print(f"run {run_row['id']} · {run_row['name']} · {run_row['state']} · {run_row['data_dir']}")
     for line in lines:
         console.print(line, markup=False)
-    table = Table("job", "host:gpus", "state", "C0 C1 C2 C3 C4 C5", "attempt", "agent s", "tokens", "cost",
-                  "elapsed", "reason")
-    for row in rows:
-        table.add_row(
-            row["key"], row["where"], row["state_text"], tier_glyphs(row["tiers"]), str(row["attempts"]),
-            row["agent_time_text"], row["tokens_text"], row["cost_text"], row["elapsed_text"], row["reason"] or "",
-        )
-    console.print(table)
+    cells = [[
+        row["key"], row["where"], row["state_text"], *(GLYPHS.get(row["tiers"][tier], "?") for tier in ALL_TIERS),
+        str(row["attempts"]), row["agent_time_text"], row["tokens_text"], row["cost_text"], row["elapsed_text"],
+        row["reason"] or "",
+    ] for row in rows]
+    console.print(fitted_table(SHOW_COLUMNS, cells, console.width))
     console.print("tiers: ✓ pass  ✗ fail  – skip  ! error  · not scored")
     for agent, counts in errors.items():
         console.print(f"{agent}: {errors_text(counts)}", markup=False)
@@ -367,7 +406,7 @@ def show(run_ref: str, db_path: Path | None, as_json: bool, scoring_ref: str = "
 
 
 @main.command()
-@click.argument("run_ref", metavar="RUN", default="latest", required=False)
+@click.argument("run_ref", metavar="[RUN]", default="latest", required=False)
 @db_option
 @click.option("--format", "fmt", type=click.Choice(["md", "csv", "json", "latex"]), default="md", show_default=True)
 @click.option("--table", type=click.Choice(TABLES), default=None,
@@ -381,14 +420,22 @@ def report(run_ref: str, db_path: Path | None, fmt: str, figure: Path | None, sc
     from its latest scoring unless --scoring names another, and saying which."""
     if figure is not None and figure.suffix.lower() not in FIGURE_FORMATS:  # before anything is printed
         raise click.BadParameter("the figure must end in .png, .svg or .pdf", param_hint="--figure")
+    if figure is not None:
+        try:
+            figure = writable_file(figure, "the figure")
+        except UnusablePath as error:
+            raise click.ClickException(str(error)) from error
     if table is not None and fmt != "csv":
         raise click.BadParameter("--table chooses a CSV table; it goes with --format csv", param_hint="--table")
     reader, run_row = _open_run(db_path, run_ref)
     chosen, _ = _scoring(reader, run_row["id"], scoring_ref)
-    scores = score_run(reader, run_row["id"], chosen)
+    scores = replace(score_run(reader, run_row["id"], chosen), run=run_row)  # the state as `runs` says it
     click.echo(csv_table(scores, table or "summary") if fmt == "csv" else render(scores, fmt), nl=False)
     if figure is not None:
-        write_pyramid_figure(scores, figure)
+        try:
+            write_pyramid_figure(scores, figure)
+        except OSError as error:  # the disk filled or the directory went away since the check
+            raise click.ClickException(f"cannot write the figure {figure}: {error.strerror or error}") from error
         click.echo(f"figure written to {figure}", err=True)
 
 

@@ -41,7 +41,12 @@ def tier_never_ran(rows: Rows, run: Mapping[str, Any], job: Mapping[str, Any], t
     A tier retry judges the state the job's newest full attempt left, and its verdict replaces the
     tier's: a tier the run does not score, or one that attempt never reached (cancelled or failed
     before its probes), has no verdict to replace, and judging a state that was never judged would
-    add a job to the tier's denominator."""
+    add a job to the tier's denominator.
+
+    A tier that attempt skipped by rule is refused too: `not_applicable` is the repo's own
+    declaration, and `insufficient_hardware` comes from the GPUs of the run's hosts, which are fixed
+    in the run's stored spec, so a retry would only skip it again (after a new provision and a new
+    attempt). To judge such a tier on GPUs, start a new run on a host that has them."""
     scored = run_tiers(run)
     if tier not in scored:
         return (f"tier {tier} never ran: run {run['id']} scores {', '.join(scored) or 'no tier'}, "
@@ -52,9 +57,13 @@ def tier_never_ran(rows: Rows, run: Mapping[str, Any], job: Mapping[str, Any], t
         return f"tier {tier} never ran: job {job['key']} has no attempt"
     attempt = kept[0]
     judged = rows(
-        "SELECT t.id FROM tier_results t JOIN attempts a ON a.id = t.attempt_id WHERE t.job_id = ? AND t.tier = ?"
-        " AND a.workdir = ? AND (t.scoring_id IS NULL OR t.scoring_id IN (SELECT id FROM scorings WHERE number = 0))"
-        " LIMIT 1", (job["id"], tier, attempt["workdir"]))
+        "SELECT t.status, t.category, t.evidence_json FROM tier_results t JOIN attempts a ON a.id = t.attempt_id"
+        " WHERE t.job_id = ? AND t.tier = ? AND a.workdir = ?"
+        " AND (t.scoring_id IS NULL OR t.scoring_id IN (SELECT id FROM scorings WHERE number = 0))"
+        " ORDER BY t.id DESC LIMIT 1", (job["id"], tier, attempt["workdir"]))
+    if judged and judged[0]["status"] == "skip":
+        return (f"tier {tier} was skipped on job {job['key']} ({_skip_reason(judged[0])}): a retry would skip "
+                "it again, so there is nothing to retry")
     if judged:
         return None
     phases = rows("SELECT name FROM phases WHERE attempt_id = ? AND name != 'teardown' ORDER BY id DESC LIMIT 1",
@@ -67,6 +76,16 @@ def tier_never_ran(rows: Rows, run: Mapping[str, Any], job: Mapping[str, Any], t
         how += f" ({why[:120]}{'…' if len(why) > 120 else ''})"
     return (f"tier {tier} never ran on job {job['key']}: attempt {attempt['number']} {how} before judging it, "
             "so there is nothing to retry")
+
+
+def _skip_reason(result: Mapping[str, Any]) -> str:
+    """`insufficient_hardware: needs 1 GPU, host gave 0`: a skip's category and the reason it recorded."""
+    try:
+        evidence = json.loads(result["evidence_json"] or "{}")
+    except ValueError:
+        evidence = {}
+    reason = evidence.get("reason") if isinstance(evidence, dict) else None
+    return f"{result['category']}: {reason}" if reason else str(result["category"])
 
 
 def record_refused(db: Path, run_id: str, action: str, message: str, *, job_id: int | None = None,

@@ -14,7 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, _pct, to_json
+from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, _pct, c0_text, state_note, to_json
 from .wording import counted
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -42,7 +42,7 @@ class AgentFunnel:
     agent: str
     jobs: int
     bars: tuple[FunnelBar, ...]
-    hallucinations: dict[str, int]  # C5 claims contradicted by the probes, by kind (every kind present)
+    hallucinations: dict[str, int] | None  # C5 claims contradicted by the probes, by kind; None: not scored
     report_problems: int  # C5: jobs with a missing or invalid report
     errors: int  # jobs that ended in error (infrastructure ones are outside every denominator)
 
@@ -62,7 +62,7 @@ def figure_data(scores: RunScores) -> FigureData:
     started = scores.run.get("started_at") or scores.run["created_at"]
     day = datetime.fromtimestamp(started, timezone.utc).strftime("%Y-%m-%d")
     names = ", ".join(agent.agent for agent in agents) or "no agents"
-    title = f"suite {run['suite']} · {names} · {day} · run {run['id']}"
+    title = f"suite {run['suite']} · {names} · {day} · run {run['id']}{state_note(run)}"
     subtitle = report["scoring"]["header"] if report["scoring"] else ""
     return FigureData(title=title, subtitle=subtitle, agents=agents)
 
@@ -70,7 +70,7 @@ def figure_data(scores: RunScores) -> FigureData:
 def _funnel(agent: str, entry: dict[str, Any]) -> AgentFunnel:
     c0 = entry["c0"]
     bars = [FunnelBar("C0", c0["total"] - c0["missing"], c0["total"], c0["paper_ratio"],
-                      f"{c0['total'] - c0['missing']}/{c0['total']} ({_pct(c0['paper_ratio'])})",
+                      c0_text(c0["total"] - c0["missing"], c0["total"]),
                       "" if c0["total"] else "no import census")]
     for tier in PYRAMID[1:]:
         tally = entry["tiers"][tier]
@@ -85,13 +85,14 @@ def _funnel(agent: str, entry: dict[str, Any]) -> AgentFunnel:
                               f"{tally['passed']}/{tally['denominator']} ({_pct(tally['rate'])})", ", ".join(notes)))
     return AgentFunnel(
         agent=agent, jobs=entry["jobs"], bars=tuple(bars),
-        hallucinations={kind: entry["hallucinations"].get(kind, 0) for kind in HALLUCINATION_KINDS},
+        hallucinations=entry["hallucinations"],
         report_problems=sum(entry["report_problems"].values()), errors=entry["errors"]["total"],
     )
 
 
 def write_pyramid_figure(scores: RunScores, path: Path) -> Path:
-    """Draw `figure_data(scores)` into `path` (.png, .svg or .pdf, by its suffix)."""
+    """Draw `figure_data(scores)` into `path` (.png, .svg or .pdf, by its suffix), whose directory
+    exists (the CLI checks it with `paths.writable_file` before printing the report)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -113,7 +114,6 @@ def write_pyramid_figure(scores: RunScores, path: Path) -> Path:
         footer = f"{data.subtitle}.  {LEGEND}" if data.subtitle else LEGEND
         fig.text(0.5, 0.005, footer, ha="center", va="bottom", fontsize=6.5, color="#444444")
         fig.tight_layout(rect=(0, 0.04, 1, 0.97))
-        path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, format=path.suffix.lower().lstrip("."))
         plt.close(fig)
     return path
@@ -148,8 +148,11 @@ def _draw_funnel(ax: Any, funnel: AgentFunnel, *, tier_labels: bool) -> None:
 def _draw_hallucinations(ax: Any, funnels: tuple[AgentFunnel, ...]) -> None:
     """C5: contradicted claims per agent, one hatched bar per kind, each named with its count."""
     height = 0.8 / len(HALLUCINATION_KINDS)
-    top = max([1, *(n for funnel in funnels for n in funnel.hallucinations.values())])
+    top = max([1, *(n for funnel in funnels for n in (funnel.hallucinations or {}).values())])
     for row, funnel in enumerate(funnels):
+        if funnel.hallucinations is None:  # C5 judged none of its jobs: no counts, not zeros
+            ax.text(top * 0.02, row, "not scored: C5 judged no job", va="center", fontsize=7, color="#444444")
+            continue
         for index, kind in enumerate(HALLUCINATION_KINDS):
             y = row + (index - (len(HALLUCINATION_KINDS) - 1) / 2) * height
             count = funnel.hallucinations[kind]
@@ -159,7 +162,7 @@ def _draw_hallucinations(ax: Any, funnels: tuple[AgentFunnel, ...]) -> None:
     ax.set_yticks(range(len(funnels)), [
         funnel.agent + (f"\n{counted(funnel.report_problems, 'report')} missing/invalid"
                         if funnel.report_problems else "") for funnel in funnels])
-    ax.invert_yaxis()
+    ax.set_ylim(len(funnels) - 0.5, -0.5)  # the first agent on top, each row centred (bars or not)
     ax.set_xlim(0, top * 1.45)
     ax.xaxis.get_major_locator().set_params(integer=True)
     ax.set_xlabel("claims contradicted by the probes")

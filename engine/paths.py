@@ -53,11 +53,37 @@ def writable_dir(path: Path | str, what: str) -> Path:
     """
     path = absolute(path)
     if (blocker := blocking_file(path)) is not None:
-        raise UnusablePath(f"{what} {path} cannot be a directory: {blocker} is a file")
+        raise UnusablePath(f"{what} {path}: {blocker} is a file, not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UnusablePath(f"cannot create {what} {path}: {(error.strerror or str(error)).lower()}") from error
+    try:
         with tempfile.TemporaryFile(dir=path):
             pass
     except OSError as error:
-        raise UnusablePath(f"{what} {path} is not writable: {error.strerror or error}") from error
+        raise UnusablePath(f"{what} {path} is not writable: {(error.strerror or str(error)).lower()}") from error
+    return path
+
+
+def writable_file(path: Path | str, what: str) -> Path:
+    """`path` made absolute and proven writable as a file: its directory, created where missing,
+    takes a test write.
+
+    Called before a command prints or stores anything, so that an output file under a regular file,
+    in a read-only directory, or naming a directory is one line up front rather than a traceback
+    after the work was done.
+    """
+    path = absolute(path)
+    if path.is_dir():
+        raise UnusablePath(f"cannot write {what} {path}: {path} is a directory")
+    if (blocker := blocking_file(path.parent)) is not None:
+        raise UnusablePath(f"cannot write {what} {path}: {blocker} is a file, not a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path.parent):
+            pass
+    except OSError as error:
+        raise UnusablePath(f"cannot write {what} {path}: {path.parent} is not writable "
+                           f"({error.strerror or error})") from error
     return path

@@ -70,7 +70,8 @@ def _summary(scores: RunScores) -> tuple[list[str], list[list[Any]]]:
         for tier in ALL_TIERS:
             tally = score.tiers[tier]
             row |= {f"{tier}_{name}": getattr(tally, name) for name in TIER_FIELDS}
-        row |= {f"hallucinations_{kind}": score.hallucinations.get(kind, 0) for kind in HALLUCINATION_KINDS}
+        counts = score.hallucination_counts() or {}  # empty cells: C5 judged none of the agent's jobs
+        row |= {f"hallucinations_{kind}": counts.get(kind) for kind in HALLUCINATION_KINDS}
         row |= {name: score.report_problems.get(name, 0) for name in REPORT_PROBLEMS}
         row |= {"agent_seconds": score.agent_seconds, "input_tokens": score.input_tokens,
                 "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "cost_partial": score.cost_partial,

@@ -14,6 +14,8 @@ Rows = Callable[[str, tuple[Any, ...]], list[dict[str, Any]]]
 
 def find_run(rows: Rows, ref: str | None, where: object, error: type[Exception]) -> dict[str, Any]:
     """The run `ref` names (None or ``latest``: the newest); raises `error` naming `where` if none or several."""
+    if ref is not None and not ref.strip():  # `LIKE '%'` would match every run
+        raise error("an empty run id: give a run id, a unique prefix of one, or `latest`")
     if ref in (None, "latest"):
         found = rows("SELECT * FROM runs ORDER BY created_at DESC LIMIT 1", ())
         if not found:

@@ -30,6 +30,7 @@ from .findings import job_findings
 from .money import add, spend, usd
 from .outcomes import errors_text, is_infra
 from .tiers import ALL_TIERS
+from .controls import run_tiers
 
 PYRAMID = ("C0", "C1", "C2", "C3", "C4")
 HALLUCINATION_KINDS = ("path", "version", "capability")
@@ -67,8 +68,8 @@ class AgentScore:
     hallucinations: Counter = field(default_factory=Counter)
     report_problems: Counter = field(default_factory=Counter)
     agent_seconds: float = 0.0
-    input_tokens: int = 0
-    output_tokens: int = 0
+    input_tokens: int | None = None  # None: no job reported tokens (a baseline, a command agent)
+    output_tokens: int | None = None
     cost_usd: float | None = None  # None: no job's cost is known
     cost_partial: bool = False  # some tokens had no price: a known cost is a lower bound
     env_bytes: list[int] = field(default_factory=list)
@@ -80,6 +81,20 @@ class AgentScore:
     @property
     def cost_text(self) -> str:
         return usd(self.cost_usd, self.cost_partial)
+
+    @property
+    def tokens_text(self) -> str:
+        """`1200/340`, or `—` when no job reported tokens (unknown, as `resenv show` says it: never 0)."""
+        return "—" if self.input_tokens is None else f"{self.input_tokens}/{self.output_tokens or 0}"
+
+    @property
+    def c5_scored(self) -> bool:
+        """Whether C5 judged any job of the agent: if not, its hallucination counts are unknown, not 0."""
+        return self.tiers["C5"].denominator > 0
+
+    def hallucination_counts(self) -> dict[str, int] | None:
+        """Contradicted claims by kind, every kind present (0 when none); None when C5 was not scored."""
+        return {kind: self.hallucinations.get(kind, 0) for kind in HALLUCINATION_KINDS} if self.c5_scored else None
 
     @property
     def errors_text(self) -> str:
@@ -179,8 +194,8 @@ def score_run(reader: StoreReader, run_id: str, scoring: Scoring | str | int | N
         score.jobs += 1
         score.agent_seconds += agent_time.get(job["id"], 0.0)
         if job["id"] in usage:
-            score.input_tokens += usage[job["id"]]["input"] or 0
-            score.output_tokens += usage[job["id"]]["output"] or 0
+            score.input_tokens = (score.input_tokens or 0) + (usage[job["id"]]["input"] or 0)
+            score.output_tokens = (score.output_tokens or 0) + (usage[job["id"]]["output"] or 0)
             found = usage[job["id"]]
             score.add_cost(*spend(found["cost"], found["priced"], found["n"]))
         failed = job["state"] == "error"  # counted by its category
@@ -246,8 +261,25 @@ def _count(score: AgentScore, tier: str, result: dict[str, Any]) -> None:
 
 
 # -- rendering ------------------------------------------------------------------------------
+def state_note(run: dict[str, Any]) -> str:
+    """` · interrupted`: what a title adds for a run that has not finished (its numbers are partial)."""
+    return "" if run["state"] == "finished" else f" · {run['state']}"
+
+
+def _state_lines(run: dict[str, Any]) -> list[str]:
+    return [] if run["state"] == "finished" else [f"run state: {run['state']} (the numbers are of the jobs judged so far)"]
+
+
 def _pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f}%"
+
+
+def c0_text(resolved: int, total: int) -> str:
+    """`41/41 (100.0%)`: imports resolved out of all (the figure's C0 bar prints the same); `—`: no census."""
+    return f"{resolved}/{total} ({_pct(resolved / total)})" if total else "—"
+
+
+NOT_SCORED = "—"  # a C5 count of an agent C5 judged no job of: unknown, never 0
 
 
 def agent_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
@@ -266,11 +298,13 @@ def agent_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
                 text += f" [{tally.errors} err]"
             tiers.append(text)
         size = score.env_bytes_median
+        counts = score.hallucination_counts()
         rows.append([
-            score.agent, str(score.jobs), _pct(score.c0_paper_ratio), _pct(score.c0_third_party_ratio), *tiers,
-            *(str(score.hallucinations.get(kind, 0)) for kind in HALLUCINATION_KINDS),
+            score.agent, str(score.jobs), c0_text(score.c0_total - score.c0_missing, score.c0_total),
+            c0_text(score.c0_third_party_total - score.c0_third_party_missing, score.c0_third_party_total), *tiers,
+            *(NOT_SCORED if counts is None else str(counts[kind]) for kind in HALLUCINATION_KINDS),
             str(sum(score.report_problems.values())), f"{score.agent_seconds:.1f}s",
-            f"{score.input_tokens}/{score.output_tokens}", score.cost_text,
+            score.tokens_text, score.cost_text,
             "—" if size is None else f"{size / 2**20:.0f} MiB (median)", score.errors_text or "—",
         ])
     return header, rows
@@ -305,9 +339,9 @@ def render(scores: RunScores, fmt: str) -> str:
         tables.append(("Integrity findings", ["repo", "agent", "kind", "path", "action"],
                        [[f["repo"], f["agent"], f["kind"], f["path"], f["action"]] for f in scores.findings]))
     if fmt == "latex":
-        comments = "".join(f"% {line}\n" for line in scores.header_lines())
-        return comments + "\n\n".join(_latex(title, header, rows) for title, header, rows in tables)
-    parts = [f"# resenv report · run {scores.run['id']} · {scores.run['name']}"]
+        comments = "".join(f"% {_ascii(line)}\n" for line in [*scores.header_lines(), *_state_lines(scores.run)])
+        return comments + "\n\n".join(_latex(title, header, rows) for title, header, rows in tables) + "\n"
+    parts = [f"# resenv report · run {scores.run['id']} · {scores.run['name']}{state_note(scores.run)}"]
     if scores.scoring is not None:
         parts.append("\n".join(scores.header_lines()))
     for title, header, rows in tables:
@@ -329,7 +363,8 @@ def to_json(scores: RunScores) -> dict[str, Any]:
                    "third_party_missing": score.c0_third_party_missing, "third_party_total": score.c0_third_party_total},
             "tiers": {tier: asdict(tally) | {"denominator": tally.denominator, "rate": tally.rate}
                       for tier, tally in score.tiers.items()},
-            "hallucinations": dict(score.hallucinations), "report_problems": dict(score.report_problems),
+            "hallucinations": score.hallucination_counts(), "report_problems": dict(score.report_problems),
+            **({} if score.c5_scored else {"hallucinations_not_scored": _why_c5_not_scored(scores.run)}),
             "agent_seconds": score.agent_seconds, "input_tokens": score.input_tokens,
             "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "cost_partial": score.cost_partial,
             "env_bytes": score.env_bytes,
@@ -347,6 +382,13 @@ def to_json(scores: RunScores) -> dict[str, Any]:
             "integrity_findings": scores.findings, "errors": scores.errors}
 
 
+def _why_c5_not_scored(run: dict[str, Any]) -> str:
+    """Why an agent has no C5 counts: the run did not select C5, or C5 judged none of its jobs."""
+    if "C5" not in run_tiers(run):
+        return "C5 is not among the run's tiers"
+    return "C5 judged no job of this agent"
+
+
 def _markdown(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
@@ -357,10 +399,23 @@ LATEX_ESCAPES = str.maketrans({"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "
                                "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"})
 
 
+# What the tables print beyond ASCII, in plain LaTeX: the file compiles with pdflatex and no input
+# encoding package. Any other character (in a job's reason, say) becomes `?`.
+LATEX_NON_ASCII = {"—": "---", "–": "--", "·": "--", "−": "-", "…": r"\ldots{}", "×": r"$\times$",
+                   "→": r"$\to$"}
+
+
+def _ascii(text: str) -> str:
+    """`text` (already escaped for LaTeX) in ASCII: the characters above spelled in LaTeX, others `?`."""
+    for char, plain in LATEX_NON_ASCII.items():
+        text = text.replace(char, plain)
+    return text.encode("ascii", "replace").decode("ascii")
+
+
 def _latex(title: str, header: list[str], rows: list[list[str]]) -> str:
     def line(cells: list[str]) -> str:
-        return " & ".join(cell.replace("·", "--").translate(LATEX_ESCAPES) for cell in cells) + r" \\"
+        return " & ".join(_ascii(cell.translate(LATEX_ESCAPES)) for cell in cells) + r" \\"
 
     body = "\n".join(line(row) for row in rows)
-    return (f"% {title}\n\\begin{{tabular}}{{{'l' * len(header)}}}\n\\toprule\n{line(header)}\n\\midrule\n"
+    return (f"% {_ascii(title)}\n\\begin{{tabular}}{{{'l' * len(header)}}}\n\\toprule\n{line(header)}\n\\midrule\n"
             f"{body}\n\\bottomrule\n\\end{{tabular}}")

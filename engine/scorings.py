@@ -83,7 +83,7 @@ class Scoring:
 
 def list_scorings(rows: Rows, run_id: str, *, versioned: bool = True) -> list[Scoring]:
     """Every scoring of the run, the original first; `versioned=False` for a store at schema < 4."""
-    run = rows("SELECT options_json, created_at FROM runs WHERE id = ?", (run_id,))
+    run = rows("SELECT options_json, created_at, finished_at FROM runs WHERE id = ?", (run_id,))
     options = json.loads(run[0]["options_json"] or "{}") if run else {}
     run_tiers = tuple(options.get("tiers") or ())
     created = run[0]["created_at"] if run else None
@@ -91,7 +91,9 @@ def list_scorings(rows: Rows, run_id: str, *, versioned: bool = True) -> list[Sc
     scorings = [Scoring(
         id=row["id"], run_id=run_id, number=row["number"], label=row["label"], rules_version=row["rules_version"],
         tiers=tuple(json.loads(row["tiers_json"])) if row["tiers_json"] else None, run_tiers=run_tiers,
-        state=row["state"], created_at=row["created_at"], finished_at=row["finished_at"],
+        state=row["state"], created_at=row["created_at"],
+        # the original scoring is judged as the run goes: it is finished when the run is
+        finished_at=row["finished_at"] or (run[0]["finished_at"] if run and row["number"] == 0 else None),
     ) for row in found]
     if not scorings or not scorings[0].original:
         # A run inserted without one (a store from before scorings, or written by hand) still has
@@ -114,9 +116,13 @@ def resolve_scoring(scorings: list[Scoring], ref: str | int | None = "latest") -
         for scoring in scorings:
             if scoring.number == int(number):
                 return scoring
-    choices = "; ".join([f"original: {scorings[0].describe()}",
-                         *(f"{s.number}: {s.describe()}" for s in scorings if not s.original)])
-    raise ScoringLookupError(f"run {scorings[0].run_id} has no scoring {ref!r}; choose latest or one of {choices}")
+    original = f"`original` (rules {scorings[0].rules_version})"
+    rescores = [f"{s.number} for {s.describe()}" for s in scorings if not s.original]
+    if rescores:
+        choices = f"`latest`, {original} or a rescore's number: {', '.join(rescores)}"
+    else:
+        choices = f"`latest` or {original} (the run has no rescore)"
+    raise ScoringLookupError(f"run {scorings[0].run_id} has no scoring {ref!r}; choose {choices}")
 
 
 def header(chosen: Scoring, scorings: list[Scoring]) -> str:

@@ -168,6 +168,10 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if not readonly and _foreign(conn):
+            conn.close()
+            raise StoreError(f"{path} is not a resenv database (it holds another program's tables): "
+                             "point --db at a resenv store or at a new file")
         if not readonly:
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
@@ -177,6 +181,15 @@ def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
             conn.close()
         raise (store_failure(error, path) or StoreFailure(_describe(None, _one_line(error), path))) from error
     return conn
+
+
+def _foreign(conn: sqlite3.Connection) -> bool:
+    """Whether the database is some other program's: tables, but no resenv schema version. Checked
+    before the first write (even the WAL pragma persists in the file), so that resenv never adds its
+    tables to a database it does not own."""
+    if conn.execute("PRAGMA user_version").fetchone()[0]:
+        return False
+    return conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
 
 
 def migrate(conn: sqlite3.Connection) -> int:

@@ -11,10 +11,20 @@ from .scorings import Scoring
 from .findings import findings_summary, job_findings
 from .money import spend, usd
 from .outcomes import is_infra, state_text
+from .scheduler import engine_alive
 from .store import StoreReader
 
 TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
 GLYPHS = {"pass": "✓", "fail": "✗", "skip": "–", "error": "!", None: "·"}
+
+
+def run_state(run: dict[str, Any]) -> str:
+    """The state every listing gives a run: a `running` or `paused` one whose engine is gone (killed,
+    its machine rebooted) is `interrupted`, which `resenv run --resume` picks up; the stored state
+    stays what the engine last wrote."""
+    if run["state"] in {"running", "paused"} and not engine_alive(run):
+        return "interrupted"
+    return run["state"]
 
 
 def tier_glyphs(tiers: dict[str, str | None]) -> str:
@@ -103,6 +113,7 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
             "infra": job["state"] == "error" and is_infra(category),
             "outside_denominators": job["state"] == "error" and is_infra(category),
             "where": where,
+            "gpus": gpu_list(job["gpus"]),
             "tiers": {tier: tiers.get(job["id"], {}).get(tier) for tier in TIERS},  # None: not scored
             "tier_categories": {tier: tier_categories.get(job["id"], {}).get(tier) for tier in TIERS},
             "agent_seconds": seconds,
@@ -114,6 +125,11 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
             "integrity": findings_summary(findings.get(job["id"], [])),
         })
     return rows
+
+
+def gpu_list(stored: str | None) -> list[int]:
+    """A lease's GPUs as numbers (`"0,1"` in the store is `[0, 1]`; none leased is `[]`)."""
+    return [int(gpu) for gpu in (stored or "").split(",") if gpu.strip()]
 
 
 def _elapsed(job: dict[str, Any]) -> float | None:

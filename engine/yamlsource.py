@@ -160,9 +160,20 @@ def load_yaml_file(path: Path, file: str | None = None) -> tuple[Any, Positions]
     name = str(path) if file is None else file
     try:
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([SpecIssue(name, None, "", f"cannot read file: {exc}")]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError([SpecIssue(name, None, "", f"not UTF-8 text (byte {exc.start})")]) from None
+    except OSError as exc:
+        raise SpecError([SpecIssue(name, None, "", _unreadable(exc))]) from None
     return load_yaml(text, name)
+
+
+def _unreadable(error: OSError) -> str:
+    """Why a file cannot be read, in words (`no such file`), without Python's `[Errno 2] …` repr."""
+    if isinstance(error, FileNotFoundError):
+        return "no such file"
+    if isinstance(error, IsADirectoryError):
+        return "is a directory, not a file"
+    return f"cannot read: {(error.strerror or str(error)).lower()}"
 
 
 def _syntax_issue(exc: yaml.MarkedYAMLError, file: str) -> SpecIssue:

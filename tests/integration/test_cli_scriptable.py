@@ -180,10 +180,10 @@ def test_bad_paths_are_one_line_before_anything_is_stored(tmp_path: Path):
     args = ("run", str(bench), "--tiers", "none", "--display", "plain")
 
     under_file = one_line_error(resenv(*args, "--data-dir", "a-file/data", env=env, cwd=tmp_path))
-    assert f"the data dir {tmp_path}/a-file/data cannot be a directory: {tmp_path}/a-file is a file" in under_file
+    assert f"the data dir {tmp_path}/a-file/data: {tmp_path}/a-file is a file, not a directory" in under_file
     assert not db.exists()  # no run stuck `queued`: nothing was stored
     unwritable = one_line_error(resenv(*args, "--data-dir", "/sys/resenv-data", env=env, cwd=tmp_path))
-    assert "the data dir /sys/resenv-data is not writable" in unwritable and not db.exists()
+    assert "cannot create the data dir /sys/resenv-data" in unwritable and not db.exists()
 
     directory = one_line_error(resenv(*args, "--db", "a-dir", env=env, cwd=tmp_path))
     assert f"the store {tmp_path}/a-dir is a directory" in directory
@@ -222,7 +222,7 @@ def test_hosts_check_and_assets_status_as_json(tmp_path: Path):
     assert status.returncode == 1  # something is missing, JSON or not
     shown = json.loads(status.stdout)
     assert shown["missing"] == 1 and shown["suite"] == "s"
-    assert shown["hosts"] == [{"name": "gpubox", "kind": "local", "reachable": True, "error": None, "docker": False,
+    assert shown["hosts"] == [{"name": "gpubox", "kind": "local", "reachable": True, "error": None, "sandbox": "process",
                                "assets": [{"label": "url:http://127.0.0.1:9/w.bin (4 B)", "cached": False}]}]
     assert shown["unpinned"] == [{"repo": "ok", "label": "hf:org/weights"}, {"repo": "bad", "label": "hf:org/weights"}]
     text = resenv("assets", "status", str(bench), env=env, cwd=tmp_path)
@@ -231,7 +231,7 @@ def test_hosts_check_and_assets_status_as_json(tmp_path: Path):
 
     (tmp_path / "a-file").write_text("")
     fetch = one_line_error(resenv("assets", "fetch", str(bench), "--data-dir", "a-file/data", env=env, cwd=tmp_path))
-    assert f"the asset cache {tmp_path}/a-file/data/assets cannot be a directory: {tmp_path}/a-file is a file" in fetch
+    assert f"the asset cache {tmp_path}/a-file/data/assets: {tmp_path}/a-file is a file, not a directory" in fetch
 
 
 def write_benchmark_with_asset(root: Path) -> Path:

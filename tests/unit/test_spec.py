@@ -457,7 +457,7 @@ def test_empty_and_non_mapping_files(tmp_path: Path) -> None:
     assert issues_of(tmp_path, "") == [
         (None, "", "the file is empty; expected a mapping with at least `version` and `suites`")]
     assert issues_of(tmp_path, "- 1\n") == [(1, "", "expected a mapping, got a list")]
-    with pytest.raises(SpecError, match="cannot read file"):
+    with pytest.raises(SpecError, match="missing.yaml: no such file"):
         load_benchmark(tmp_path / "missing.yaml")
 
 
