@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from .outcomes import errors_text
 from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, _pct, c0_text, state_note, to_json
 from .wording import counted
 
@@ -44,7 +45,7 @@ class AgentFunnel:
     bars: tuple[FunnelBar, ...]
     hallucinations: dict[str, int] | None  # C5 claims contradicted by the probes, by kind; None: not scored
     report_problems: int  # C5: jobs with a missing or invalid report
-    errors: int  # jobs that ended in error (infrastructure ones are outside every denominator)
+    errors: str  # jobs that ended in error, by category as show and report say it ("" when none)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def _funnel(agent: str, entry: dict[str, Any]) -> AgentFunnel:
     return AgentFunnel(
         agent=agent, jobs=entry["jobs"], bars=tuple(bars),
         hallucinations=entry["hallucinations"],
-        report_problems=sum(entry["report_problems"].values()), errors=entry["errors"]["total"],
+        report_problems=sum(entry["report_problems"].values()), errors=errors_text(entry["errors"]["by_category"], say_outside=False),
     )
 
 
@@ -140,8 +141,8 @@ def _draw_funnel(ax: Any, funnel: AgentFunnel, *, tier_labels: bool) -> None:
     ax.spines[["top", "right", "bottom", "left"]].set_visible(False)
     ax.tick_params(axis="y", length=0)
     title = f"{funnel.agent} · {counted(funnel.jobs, 'job')}"
-    if funnel.errors:
-        title += f" ({counted(funnel.errors, 'error')})"
+    if funnel.errors:  # "2 infra errors (2 model_api)": the legend says they are outside the bars
+        title += f"\n{funnel.errors}"
     ax.set_title(title, fontsize=8.5)
 
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from resenv.engine.cli import main
 from resenv.engine.figure import figure_data
+from resenv.engine.outcomes import errors_text
 from resenv.engine.scoring import PYRAMID, score_run
 from resenv.engine.store import StoreReader
 
@@ -78,7 +79,7 @@ def test_the_figure_shows_the_reports_numbers(store: Path) -> None:
             assert row[bar.tier].startswith(bar.text)  # `3/5 (60.0%)`, then the table's skip notes
         assert funnel.hallucinations == {kind: entry["hallucinations"].get(kind, 0)
                                          for kind in ("path", "version", "capability")}
-        assert (funnel.jobs, funnel.errors) == (entry["jobs"], entry["errors"]["total"])
+        assert (funnel.jobs, funnel.errors) == (entry["jobs"], errors_text(entry["errors"]["by_category"], say_outside=False))
     claude = data.agents[0]
     assert claude.bars[0].text == "199/200 (99.5%)"  # imports, not C0's job pass rate (5/5)
     assert report["agents"]["claude-code"]["tiers"]["C0"]["rate"] == 1.0
@@ -97,7 +98,7 @@ def test_each_format_is_what_its_suffix_claims(store: Path, tmp_path: Path, suff
     if suffix == ".svg":  # text stays text: the labels a reader sees
         text = content.decode()
         assert "<svg" in text
-        for label in ("suite starter", "claude-code · 8 jobs (1 error)", "baseline · 8 jobs", "199/200 (99.5%)",
+        for label in ("suite starter", "claude-code · 8 jobs", "1 infra error", "baseline · 8 jobs", "199/200 (99.5%)",
                       "3/5 (60.0%)", "C5 self-report hallucinations", "2 capability", "C4 multi-GPU"):
             assert label in text, label
 
