@@ -20,6 +20,39 @@ from .test_controls import gated_agent, open_gate
 from .test_error_jobs import AGENT, REPO, broken_upstream
 
 MISSING_MODULE = "import resenv_no_such_module\n"
+
+
+class OnTerminal:
+    """A resenv command on a pseudo-terminal of its own; `seen` collects what it wrote there."""
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.leader, follower = pty.openpty()
+        self.process = subprocess.Popen(argv, env=env, cwd=cwd, stdin=follower, stdout=follower, stderr=follower)
+        os.close(follower)
+        self.seen = bytearray()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.leader, 65536)
+            except OSError:  # the terminal's other side closed: the command has ended
+                return
+            if not chunk:
+                return
+            self.seen.extend(chunk)
+
+    def text(self) -> str:
+        return bytes(self.seen).decode(errors="replace")
+
+    def close(self) -> None:
+        """Kill the command if it still runs, and stop reading its terminal."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=30)
+        self.reader.join(timeout=10)
+        os.close(self.leader)
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -161,39 +194,19 @@ def test_on_a_terminal_a_progress_bar_stays_under_the_lines(tmp_path, cli_env):
     gates.mkdir()
     bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}, "two": {"main.py": "print('ok')\n"}},
                             gated_agent(gates), expose=(gates,))
-    leader, follower = pty.openpty()
-    engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1", "--display", "plain"],
-                              env={**cli_env, "COLUMNS": "120", "TERM": "xterm"}, cwd=tmp_path, stdin=follower,
-                              stdout=follower, stderr=follower)
-    os.close(follower)
-    seen = bytearray()
-
-    def read() -> None:
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # the terminal's other side closed: the run has ended
-                return
-            if not chunk:
-                return
-            seen.extend(chunk)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    terminal = OnTerminal([*RESENV, "run", str(bench), "--tiers", "C1", "--display", "plain"],
+                          {**cli_env, "COLUMNS": "120", "TERM": "xterm"}, tmp_path)
+    engine = terminal.process
     try:
         # While both agents wait at their gates the bar says so; then one finishes, then the other.
-        wait_for(lambda: re.search(r"\d{8}-\d{6}-\w+ · 2 running.*0/2", bytes(seen).decode(errors="replace")))
+        wait_for(lambda: re.search(r"\d{8}-\d{6}-\w+ · 2 running.*0/2", terminal.text()))
         open_gate(gates, "one/a")
-        wait_for(lambda: re.search(r"· 1 running.*1/2", bytes(seen).decode(errors="replace")))
+        wait_for(lambda: re.search(r"· 1 running.*1/2", terminal.text()))
         open_gate(gates, "two/a")
         engine.wait(timeout=120)
     finally:
-        if engine.poll() is None:
-            engine.kill()
-            engine.wait()
-        reader.join(timeout=10)
-        os.close(leader)
-    out = bytes(seen).decode(errors="replace")
+        terminal.close()
+    out = terminal.text()
     assert engine.returncode == 0, out[-3000:]
     run_id = rows(Path(cli_env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
     assert "\x1b[" in out and "one/a  ▸ agent" in out and "two/a  done  C0–C5" in out
@@ -230,25 +243,9 @@ def test_a_cancelled_run_ends_with_its_summary_and_how_to_run_the_job_again(tmp_
 
 def test_the_dashboard_of_resenv_run_leaves_the_summary_on_the_terminal(tmp_path, cli_env):
     bench = write_benchmark(tmp_path, {"one": {"main.py": "print('ok')\n"}}, AGENT)
-    leader, follower = pty.openpty()
-    engine = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "C1"],  # a terminal: the dashboard
-                              env={**cli_env, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}, cwd=tmp_path,
-                              stdin=follower, stdout=follower, stderr=follower)
-    os.close(follower)
-    seen = bytearray()
-
-    def read() -> None:
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except OSError:  # the terminal's other side closed: the command has ended
-                return
-            if not chunk:
-                return
-            seen.extend(chunk)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    terminal = OnTerminal([*RESENV, "run", str(bench), "--tiers", "C1"],  # a terminal: the dashboard
+                          {**cli_env, "COLUMNS": "120", "LINES": "40", "TERM": "xterm"}, tmp_path)
+    engine = terminal.process
     db = Path(cli_env["RESENV_DB"])
     try:
         wait_for(lambda: db.exists() and rows(db, "SELECT state FROM runs")[0]["state"] == "finished", timeout=120)
@@ -256,19 +253,15 @@ def test_the_dashboard_of_resenv_run_leaves_the_summary_on_the_terminal(tmp_path
         while engine.poll() is None and time.monotonic() < deadline:
             # Quit the dashboard once it listens. Until the engine thread has ended, `q` asks whether to
             # stop the run: `n` answers no, and the next round asks again.
-            os.write(leader, b"nq")
+            os.write(terminal.leader, b"nq")
             try:
                 engine.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 pass
     finally:
-        if engine.poll() is None:
-            engine.kill()
-        engine.wait(timeout=30)
-        reader.join(timeout=10)
-        os.close(leader)
-    assert engine.returncode == 0, seen.decode(errors="replace")[-3000:]
-    out = seen.decode(errors="replace")
+        terminal.close()
+    out = terminal.text()
+    assert engine.returncode == 0, out[-3000:]
     run_id = rows(db, "SELECT id FROM runs")[0]["id"]
     assert "\x1b[?1049h" in out  # the dashboard had the terminal's alternate screen
     tail = out[out.rindex(f"run {run_id} finished in "):]
