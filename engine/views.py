@@ -100,9 +100,10 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
         category = ended.get(job["id"]) if job["state"] == "error" else None
         failing = failures.get(job["id"], {})
         tier_reasons = {tier: tier_reason(evidence) for tier, evidence in failing.items()}
-        reason = job["reason"]
-        if job["state"] == "done" and failing:  # it ended well, its failing tiers are why it scored so
-            reason = "; ".join(f"{tier}: {why}" if why else tier for tier, why in sorted(tier_reasons.items()))
+        reason = job["reason"]  # the job's own (an agent stopped by its budget: budget:dollars)
+        if job["state"] == "done" and failing:  # it ended well: its failing tiers say why it scored so
+            why_tiers = "; ".join(f"{tier}: {why}" if why else tier for tier, why in sorted(tier_reasons.items()))
+            reason = f"{reason}; {why_tiers}" if reason else why_tiers
         rows.append({
             **job,
             "reason": reason,

@@ -27,7 +27,9 @@ def cli(tmp_path: Path, cli_env: dict[str, str], *args: str) -> tuple[subprocess
 
 
 def problem_lines(out: subprocess.CompletedProcess) -> list[str]:
-    return [line for line in out.stderr.splitlines() if "benchmark.yaml:" in line]
+    """The problems named at a place in the file (a single one shares the error's line)."""
+    return [line.removeprefix("Error: invalid benchmark: ") for line in out.stderr.splitlines()
+            if "benchmark.yaml:" in line]
 
 
 HEAD = "version: 1\ndefaults: {suite: s}\n"
