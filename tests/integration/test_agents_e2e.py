@@ -137,9 +137,14 @@ def test_real_clis_build_an_env_that_the_probes_verify(tmp_path, cli_env) -> Non
         [finished] = events(db, run_id, "agent_finished", key)
         assert finished["completed"] is True and finished["completion_status"] == "success", finished
         kinds = [e["type"] for e in events(db, run_id, "transcript", key)]
-        assert kinds.count("tool_call") == 6 and kinds.count("tool_result") == 6 and "unknown" not in kinds
+        # Every result the CLI printed is parsed. Under load Codex now and then never prints the
+        # completion of a command it ran (its stream goes from `item.started` to the next item), so
+        # the count is the raw stream's, and the failing command's result must be among them.
+        printed = raw_tool_results(Path(cli_env["RESENV_DATA_DIR"]) / run_id / "jobs" / f"setup--{agent}"
+                                   / "attempt-1" / "logs" / "agent.stdout", agent)
+        assert kinds.count("tool_call") == 6 and kinds.count("tool_result") == printed >= 5 and "unknown" not in kinds
         results = [e for e in events(db, run_id, "transcript", key) if e["type"] == "tool_result"]
-        assert sorted(r["exit_code"] for r in results) == [0, 0, 0, 0, 0, 3]
+        assert sorted(r["exit_code"] for r in results)[-1] == 3 and set(r["exit_code"] for r in results) == {0, 3}
 
     [claude_version] = events(db, run_id, "agent_version", "setup/claude")
     [codex_version] = events(db, run_id, "agent_version", "setup/codex")
@@ -193,6 +198,23 @@ def test_real_clis_build_an_env_that_the_probes_verify(tmp_path, cli_env) -> Non
     assert "$0.0" in shown.stdout and "20.4k" in shown.stdout
     report = resenv("report", run_id, env=cli_env, cwd=tmp_path)
     assert report.returncode == 0, report.stderr
+
+
+def raw_tool_results(stdout: Path, agent: str) -> int:
+    """How many tool results the CLI itself printed: Claude's `tool_result` blocks, Codex's completed
+    command executions."""
+    count = 0
+    for line in stdout.read_text(errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if agent == "claude" and record.get("type") == "user":
+            content = (record.get("message") or {}).get("content") or []
+            count += sum(1 for block in content if isinstance(block, dict) and block.get("type") == "tool_result")
+        elif agent == "codex" and record.get("type") == "item.completed":
+            count += (record.get("item") or {}).get("type") == "command_execution"
+    return count
 
 
 def model_api_jobs(db: Path, run_id: str, scenarios: list[str], attempts: int) -> None:
