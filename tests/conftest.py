@@ -79,6 +79,14 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 60.0, interval: floa
     raise AssertionError("condition not met in time")
 
 
+def finished_run(root: Path, bench: Path, tiers: str) -> tuple[dict[str, str], str]:
+    """Run `bench` with `tiers` to its end through the CLI in `root`: (the CLI environment, the run id)."""
+    env = cli_environ(root)
+    done = resenv("run", str(bench), "--tiers", tiers, "--display", "plain", env=env, cwd=root, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return env, rows(Path(env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
+
+
 def cli_environ(tmp_path: Path) -> dict[str, str]:
     """Environment for CLI subprocesses: a private DB and data dir."""
     env = dict(os.environ)

@@ -7,16 +7,14 @@ the command agent reports no tokens."""
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from ..conftest import cli_environ, resenv, rows
+from ..conftest import cli_environ, finished_run, resenv, rows
 
 BENCH = f"""\
 version: 1
@@ -56,11 +54,7 @@ def write_bench(root: Path) -> Path:
 def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], str]:
     """A finished run of C1 and C3 on a host without GPUs: (its folder, the CLI environment, the run id)."""
     root = tmp_path_factory.mktemp("newuser")
-    env = cli_environ(root)
-    bench = write_bench(root)
-    done = resenv("run", str(bench), "--tiers", "C1,C3", "--display", "plain", env=env, cwd=root, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    run_id = rows(Path(env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
+    env, run_id = finished_run(root, write_bench(root), "C1,C3")
     return root, env, run_id
 
 

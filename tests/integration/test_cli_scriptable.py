@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import cli_environ, resenv, rows
+from ..conftest import cli_environ, finished_run, resenv, rows
 
 AGENT = f"""\
 a:
@@ -53,11 +53,7 @@ def write_bench(root: Path) -> Path:
 def finished(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str], str]:
     """A finished run of C1 and C5 only: (its folder, the CLI environment, the run id)."""
     root = tmp_path_factory.mktemp("scriptable")
-    env = cli_environ(root)
-    bench = write_bench(root)
-    done = resenv("run", str(bench), "--tiers", "C1,C5", "--display", "plain", env=env, cwd=root, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    run_id = rows(Path(env["RESENV_DB"]), "SELECT id FROM runs")[0]["id"]
+    env, run_id = finished_run(root, write_bench(root), "C1,C5")
     return root, env, run_id
 
 
