@@ -1,8 +1,8 @@
 """The `baseline` agent: resenv's built-in rule-based agent (no LLM), honest about what it measured.
 
 The work is done by ONE stdlib-only script, `baseline_agent.py` beside this file (its docstring has
-the steps and the event schema). The adapter stages it into the job's work dir, with the build
-reader it shares with the judges (`probes/buildinfo.py`) beside it, and runs it there, so the
+the steps and the event schema). The adapter stages it into the job's work dir, with the judges'
+modules it shares (`probes/buildinfo.py`, `probes/classifier.py`) beside it as one package, and runs it there, so the
 sandbox's timeout, pause and kill reach it and everything it starts. Its driver (Python >=
 3.11, for tomllib) is `driver:`, else the engine's own interpreter on the local process sandbox and
 the sandbox's `python3` on an SSH host or in a container. The env itself is built from `python:`
@@ -28,10 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...probes import buildinfo
+from ... import probes
 from ..sandbox.base import OutputLine
 from .base import AgentCommand, JobPaths
-from .baseline_agent import BUILDINFO_STAGED
+from .baseline_agent import SHARED_MODULES, SHARED_STAGED
 
 SCRIPT = Path(__file__).with_name("baseline_agent.py")
 STAGED = ".resenv-agent/baseline_agent.py"
@@ -81,6 +81,18 @@ def forwarded_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return out
 
 
+def staged_files() -> dict[str, bytes]:
+    """The script and, beside it as one package, the judges' modules it shares (build reader,
+    failure classifier): relative path in the work dir -> content."""
+    probes_dir = Path(probes.__file__).parent
+    shared = Path(STAGED).with_name(SHARED_STAGED)
+    files = {STAGED: SCRIPT.read_bytes(),
+             str(shared / "__init__.py"): b'"""resenv\'s judge modules, staged for the baseline agent."""\n'}
+    for name in SHARED_MODULES:
+        files[str(shared / f"{name}.py")] = (probes_dir / f"{name}.py").read_bytes()
+    return files
+
+
 class BaselineAgent:
     def __init__(self, name: str, spec: Any) -> None:
         self.name = name
@@ -103,9 +115,7 @@ class BaselineAgent:
         budget = getattr(paths, "budget_s", None)
         if budget:
             argv += ["--budget-s", f"{float(budget):g}"]
-        files = {STAGED: SCRIPT.read_bytes(),
-                 str(Path(STAGED).with_name(BUILDINFO_STAGED)): Path(buildinfo.__file__).read_bytes()}
-        return AgentCommand(argv=argv, env=forwarded_env(), files=files)
+        return AgentCommand(argv=argv, env=forwarded_env(), files=staged_files())
 
     def parse(self, line: OutputLine) -> list[dict[str, Any]]:
         """The script's jsonl events, kept whole (every field it emits); anything else as output."""

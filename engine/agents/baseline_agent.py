@@ -30,21 +30,35 @@ Steps
    pip-only package source (pip config file, ``PIP_INDEX_URL``/``PIP_FIND_LINKS``...) is in effect,
    since uv would not see those sources; else pip. Offline, the env also sees the base
    interpreter's site-packages (a ``.pth`` that calls ``site.addsitedir``), and installs use
-   ``--no-index`` (local wheels from find-links only) with no build isolation. Installs, in order:
-   the static requirements in one call (one by one when that call fails for a reason other than the
-   network), the repo itself (``-e .[extras]``) when it is a package (``setup.py``, or
-   ``pyproject.toml`` with ``[build-system]``/``[project]``/``[tool.poetry]``); then the import scan
-   (AST, absolute imports; stdlib, repo-own modules, ``TYPE_CHECKING`` blocks and imports guarded by
-   ``try/except ImportError`` are skipped) finds third-party modules the env still cannot find, maps
-   them to distributions (the table below, then the env's and the base's
-   ``importlib.metadata.packages_distributions()``, then the import name itself) and installs them.
+   ``--no-index`` (local wheels from find-links only) with no build isolation.
+
+   **Resolution.** The declared requirements, the chosen extras, ``-e`` local projects and the repo
+   itself (``-e .[extras]``, when it is a package: ``setup.py``, or ``pyproject.toml`` with
+   ``[build-system]``/``[project]``/``[tool.poetry]``) go into ONE installer call, so one resolution
+   satisfies every declared pin together. Then the import scan (AST, absolute imports; stdlib,
+   repo-own modules, ``TYPE_CHECKING`` blocks and imports guarded by ``try/except ImportError`` are
+   skipped) finds third-party modules the env still cannot find and maps them to distributions (the
+   table below, then the env's and the base's ``importlib.metadata.packages_distributions()``, then
+   the import name itself); a distribution the repo declares is never guessed again without its
+   declared version. The guesses go into one more installer call with EVERY installed distribution
+   pinned as a constraint (``-c``), so a guess can add packages but never downgrade, upgrade or
+   replace what the declared resolution chose; where they cannot all join, each is tried alone against
+   the same constraints and one that cannot join is dropped and reported as a conflict, with the
+   resolver's own reason. When the declared set cannot be resolved at all it is installed one
+   requirement at a time, each constrained by what is installed, and each failure is reported.
    Declared C extensions that still do not import get ``python setup.py build_ext --inplace``.
-3. **Verify** with the new interpreter: import the repo's top-level packages and declared extension
-   modules (from the repo dir, as its entrypoints run), and the first of torch / jax / tensorflow
-   that imports (the order the C2 probe uses). ``{report}`` is then written from measured values
-   only: ``python_path``, ``python_version``, ``framework`` {name, version} when one imports,
+3. **Verify** with the new interpreter: the scanned imports are looked up again (those still missing
+   are failures, never "success"); ``pip check`` (``uv pip check``) checks that every installed
+   distribution's requirements are met; the repo's top-level packages and declared extension
+   modules are imported (from the repo dir, as its entrypoints run), and the first of torch / jax /
+   tensorflow that imports (the order the C2 probe uses). Every failure is categorised by resenv's
+   own classifier (staged beside this script), as the judges would. ``{report}`` is then written
+   from measured values only: ``python_path``, ``python_version``, ``framework`` {name, version} when one imports,
    ``cuda_available`` / ``gpu_count`` only for torch (asked with the GPUs this job sees), else null;
-   ``ddp_expected_ok`` is always null (DDP is not tested); ``packages`` as the env lists them. A
+   ``ddp_expected_ok`` is always null (DDP is not tested); ``packages`` as the env lists them;
+   ``notes`` says what was verified (failed steps, imports still missing, guesses not installed, the
+   pip check) and that no entrypoint was run; ``baseline`` holds the same facts as data
+   (``failures``, ``imports_missing``, ``conflicts``, ``guessed``, ``pip_check``, ``steps``). A
    first report is written as soon as the env exists, so a budget kill still leaves an honest one.
 4. **Events**: one JSON object per stdout line (resenv's jsonl transcript schema):
 
@@ -62,7 +76,8 @@ Steps
    ``--retries 1 --timeout 15`` (uv: ``UV_HTTP_TIMEOUT=15``, ``UV_HTTP_RETRIES=1``); after one network
    failure no further download is attempted, so nothing hangs.
 
-Exit status: 0 every step succeeded; 1 the env and report exist but some step failed; 2 no env.
+Exit status: 0 every step succeeded, every scanned import resolves and pip check passed; 1 the env
+and report exist but something failed; 2 no env.
 """
 
 from __future__ import annotations
@@ -88,32 +103,38 @@ try:
 except ImportError:  # pragma: no cover - Python < 3.11: pyproject.toml is then skipped, said so
     tomllib = None  # type: ignore[assignment]
 
-BUILDINFO_STAGED = "resenv_buildinfo.py"
-"""The name under which resenv's build reader (probes/buildinfo.py) is staged beside this script."""
+SHARED_STAGED = "resenv_shared"
+"""The package name under which the judges' stdlib-only modules this script shares are staged beside
+it: the build reader (``buildinfo``) and the failure classifier (``classifier``)."""
+SHARED_MODULES = ("buildinfo", "classifier")
 
 
-def _load_buildinfo() -> Any:
-    """resenv's build-configuration reader, shared with the judges so that the extensions the
-    baseline builds are the ones the classifier calls declared. Imported as part of resenv when this
-    file is (the engine, tests); run as a script, it is loaded from beside the script (where the
-    adapter stages it) or from resenv's own source tree."""
+def _load_shared() -> tuple[Any, Any]:
+    """resenv's build reader and failure classifier, the judges' own code, so that the extensions the
+    baseline builds are the ones the classifier calls declared and the categories it reports are the
+    ones the probes would give. Imported as part of resenv when this file is (the engine, tests); run
+    as a script, they are loaded as one package from beside the script (where the adapter stages
+    them) or from resenv's own source tree (``probes/``)."""
     if __package__:
-        from ...probes import buildinfo
-        return buildinfo
+        from ...probes import buildinfo as build_reader, classifier as failure_classifier
+        return build_reader, failure_classifier
+    import importlib
     import importlib.util
     here = Path(__file__).resolve().parent
-    for candidate in (here / BUILDINFO_STAGED, here.parent.parent / "probes" / "buildinfo.py"):
-        if candidate.is_file():
-            spec = importlib.util.spec_from_file_location("resenv_buildinfo", candidate)
+    for candidate in (here / SHARED_STAGED, here.parent.parent / "probes"):
+        if all((candidate / f"{name}.py").is_file() for name in SHARED_MODULES):
+            spec = importlib.util.spec_from_file_location(
+                SHARED_STAGED, candidate / "__init__.py", submodule_search_locations=[str(candidate)])
             assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module  # dataclasses look their module up while it executes
-            spec.loader.exec_module(module)
-            return module
-    raise ImportError(f"{BUILDINFO_STAGED} is not beside {Path(__file__).name}: stage both files")
+            package = importlib.util.module_from_spec(spec)
+            sys.modules[SHARED_STAGED] = package  # its modules import each other relatively
+            spec.loader.exec_module(package)
+            return (importlib.import_module(f"{SHARED_STAGED}.buildinfo"),
+                    importlib.import_module(f"{SHARED_STAGED}.classifier"))
+    raise ImportError(f"{SHARED_STAGED}/ is not beside {Path(__file__).name}: stage both")
 
 
-buildinfo = _load_buildinfo()
+buildinfo, classifier = _load_shared()
 
 # --------------------------------------------------------------------------------------------------
 # constants
@@ -176,19 +197,6 @@ NETWORK_SIGNS = (
     "dns error", "operation timed out", "Failed to fetch", "Could not connect",
     "Connection reset by peer", "connect timeout",
 )
-NOT_FOUND_SIGNS = (
-    "No matching distribution found", "Could not find a version that satisfies",
-    "ResolutionImpossible", "No solution found", "not found in the package registry",
-    "Because there are no versions", "conflicting dependencies", "is not a valid",
-    "Invalid requirement", "because no versions of",
-)
-BUILD_SIGNS = (
-    "error: command '", "Failed building wheel", "Failed to build", "fatal error:",
-    "subprocess-exited-with-error", "Python.h", "error: Microsoft Visual C++", "nvcc",
-    "CUDA_HOME", "Failed to build wheel",
-)
-
-
 # --------------------------------------------------------------------------------------------------
 # events
 
@@ -869,16 +877,45 @@ def uv_options(options: list[str]) -> list[str]:
     return out
 
 
-def classify_failure(output: str, timed_out: bool = False) -> str:
-    if timed_out:
-        return "timeout"
-    if any(sign in output for sign in NETWORK_SIGNS):
-        return "download_failed"
-    if any(sign in output for sign in BUILD_SIGNS):
-        return "native_extension"
-    if any(sign in output for sign in NOT_FOUND_SIGNS):
+def network_failed(output: str) -> bool:
+    """Whether a command's output shows the network itself failing (not a package that is absent):
+    after that no further download is attempted, so nothing hangs."""
+    return any(sign in output for sign in NETWORK_SIGNS)
+
+
+def failure_category(output: str, *, exit_code: int | None, timed_out: bool = False, offline: bool = False) -> str:
+    """The category of a failed command, by resenv's own classifier (the judges' vocabulary and rules).
+    Offline, a package the local sources lack is not a download that failed: nothing was downloaded,
+    so the classifier's ``download_failed`` for "no matching distribution" reads ``deps_missing``."""
+    category = classifier.classify(output, returncode=exit_code, timed_out=timed_out).category
+    if offline and category == "download_failed" and not network_failed(output):
         return "deps_missing"
-    return "runtime"
+    return category
+
+
+def resolver_reason(output: str, evidence: str) -> str:
+    """Why a resolution failed, in the resolver's own words: pip's "The conflict is caused by:" lines,
+    or uv's "Because ..." sentence; else the classifier's evidence line."""
+    lines = [line.strip() for line in output.splitlines()]
+    if "The conflict is caused by:" in lines:
+        start = lines.index("The conflict is caused by:") + 1
+        causes = []
+        for line in lines[start:start + 8]:
+            if not line:
+                break
+            causes.append(line)
+        if causes:
+            return "; ".join(causes)
+    for line in lines:
+        cleaned = line.lstrip("╰─▶ ").strip()
+        if cleaned.startswith("Because "):
+            return cleaned
+    return evidence
+
+
+def missing_import_category(module: str) -> str:
+    """The category the classifier gives an import that fails for want of its module."""
+    return classifier.classify(f"ModuleNotFoundError: No module named '{module}'", returncode=1).category
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1030,7 +1067,16 @@ try:
     mapping = {k: sorted(set(v)) for k, v in md.packages_distributions().items()}
 except Exception:
     mapping = {}
-print(json.dumps({"found": found, "map": mapping,
+versions, direct = {}, []
+for dist in md.distributions():
+    try:
+        name = dist.metadata["Name"]
+        versions[name] = dist.version
+        if dist.read_text("direct_url.json"):
+            direct.append(name)
+    except Exception:
+        pass
+print(json.dumps({"found": found, "map": mapping, "versions": versions, "direct": sorted(direct),
                   "stdlib": sorted(getattr(sys, "stdlib_module_names", ())),
                   "version": "%d.%d.%d" % sys.version_info[:3]}))
 """
@@ -1094,6 +1140,10 @@ class Agent:
         self.runner = Runner(events, args.budget_s)
         self.failures: list[dict[str, Any]] = []
         self.steps: list[dict[str, Any]] = []
+        self.conflicts: list[dict[str, Any]] = []  # guessed packages that were not installed, and why
+        self.guessed: dict[str, str] = {}  # scanned import -> the distribution guessed for it
+        self.imports_missing: list[str] = []  # scanned imports the finished env still cannot find
+        self.check: dict[str, Any] = {"ok": None, "problems": []}  # pip check of the finished env
         self.network_down = False
         self.installer = "pip"
         self.uv: str | None = None
@@ -1269,7 +1319,8 @@ class Agent:
         ok = result.ok and Path(self.env_python).exists()
         self.record("env", ok, installer=self.installer, base_python=self.base_python)
         if not ok:
-            self.fail("env", classify_failure(result.output, result.timed_out) if not result.skipped else "budget",
+            self.fail("env", "budget" if result.skipped else failure_category(
+                result.output, exit_code=result.exit_code, timed_out=result.timed_out),
                       f"could not create the environment with {argv[0]}")
             return False
         if self.args.offline:
@@ -1297,8 +1348,10 @@ class Agent:
         (Path(purelib) / "_resenv_base_site.pth").write_text(f"import site; {lines}\n")
         self.events.message("env", "offline: the env also sees the base interpreter's packages", paths=paths)
 
-    def install_argv(self, packages: list[str], *, editable: bool = False, extra: list[str] | None = None,
-                     options: list[str] | None = None, constraints: list[str] | None = None) -> list[str]:
+    def install_argv(self, packages: list[str], *, editables: Iterable[str] = (), options: list[str] | None = None,
+                     constraints: Iterable[str] = ()) -> list[str]:
+        """One installer call for `packages` and the local projects `editables` together (one resolution)."""
+        editables = list(editables)
         if self.installer == "uv":
             assert self.uv
             argv = [self.uv, "pip", "install", "--python", self.env_python]
@@ -1307,67 +1360,180 @@ class Agent:
                     "--progress-bar", "off"]
         if self.args.offline:
             argv += ["--offline", "--no-index"] if self.installer == "uv" else ["--no-index"]
-            if editable or extra:
+            if editables:
                 argv.append("--no-build-isolation")
         elif self.installer == "uv":
             argv += uv_options(options or [])
         else:
             argv += options or []
-        for constraint in constraints or []:
+        for constraint in constraints:
             argv += ["-c", constraint]
-        argv += extra or []
-        if editable:
-            for package in packages:
-                argv += ["-e", package]
-        else:
-            argv += packages
-        return argv
+        for editable in editables:
+            argv += ["-e", editable]
+        return argv + packages
 
-    def install(self, step: str, packages: list[str], *, meta: dict[str, Any] | None = None,
-                editable: bool = False, cwd: Path | None = None, one_by_one: bool = True) -> list[str]:
-        """Install `packages`; on a failure that is not the network's, again one at a time.
-        Returns the packages that failed."""
-        if not packages:
-            return []
+    def install(self, step: str, packages: list[str], *, editables: Iterable[str] = (),
+                meta: dict[str, Any] | None = None, cwd: Path | None = None,
+                constraints: Iterable[str] = ()) -> tuple[bool, str | None, str]:
+        """One installer call; (ok, failure category or None, the classifier's evidence line).
+        A failure is recorded as a step, not yet as the agent's failure: the caller decides whether a
+        fallback recovers it."""
+        editables = list(editables)
+        shown = packages + [f"-e {e}" for e in editables]
+        if not shown:
+            return True, None, ""
         if self.network_down and not self.args.offline:
-            self.fail(step, "download_failed", "skipped after an earlier network failure: " + ", ".join(packages))
-            return list(packages)
+            self.record(step, False, packages=shown, category="download_failed")
+            return False, "download_failed", "skipped after an earlier network failure"
         reqs: RequirementSet | None = meta["reqs"] if meta else None
         options = reqs.index_options if reqs else []
-        constraints = reqs.constraints if reqs else []
-        argv = self.install_argv(packages, editable=editable, options=options, constraints=constraints)
+        declared_constraints = reqs.constraints if reqs else []
+        argv = self.install_argv(packages, editables=editables, options=options,
+                                 constraints=[*declared_constraints, *constraints])
         result = self.runner.run(step, argv, cwd=cwd or self.repo, env=self.child_env, install=True)
         if result.ok:
-            self.record(step, True, packages=packages)
-            return []
+            self.record(step, True, packages=shown)
+            return True, None, ""
         if result.skipped:
-            self.record(step, False, packages=packages, reason="budget")
-            self.failures.append({"step": step, "category": "budget", "message": "skipped: budget"})
-            return list(packages)
-        category = classify_failure(result.output, result.timed_out)
-        if category == "download_failed":
-            self.network_down = not self.args.offline
-        if len(packages) == 1 or not one_by_one or category in ("download_failed", "timeout"):
-            self.record(step, False, packages=packages, category=category)
-            self.fail(step, category, f"install failed: {' '.join(packages)}", exit_code=result.exit_code)
-            return list(packages)
-        self.events.message(step, f"{len(packages)} packages together failed ({category}); trying one at a time")
-        failed = []
-        for package in packages:
-            failed += self.install(step, [package], meta=meta, editable=editable, cwd=cwd, one_by_one=False)
-            if self.network_down:
-                rest = packages[packages.index(package) + 1:]
-                if rest:
-                    self.fail(step, "download_failed", "skipped after a network failure: " + ", ".join(rest))
-                failed += rest
+            self.record(step, False, packages=shown, category="budget")
+            return False, "budget", "skipped: budget"
+        category = failure_category(result.output, exit_code=result.exit_code, timed_out=result.timed_out,
+                                    offline=bool(self.args.offline))
+        if network_failed(result.output) and not self.args.offline:
+            self.network_down = True
+        evidence = resolver_reason(result.output, classifier.classify(
+            result.output, returncode=result.exit_code, timed_out=result.timed_out).evidence)
+        self.record(step, False, packages=shown, category=category, exit_code=result.exit_code, evidence=evidence)
+        return False, category, evidence
+
+    def install_declared(self, meta: dict[str, Any], requirements: list[str], project: str | None) -> None:
+        """The repo's declared requirements, its local projects and the repo itself, in ONE installer
+        call, so one resolution satisfies every declared pin together. When that fails for a reason other
+        than the network: the requirements without the project, then the project with what is installed
+        as constraints (its build metadata may need packages the declared set brings); when the
+        requirements themselves cannot be resolved together, one at a time, and `pip check` later says
+        what does not fit."""
+        reqs: RequirementSet = meta["reqs"]
+        editables = [*reqs.local_projects, *([project] if project else [])]
+        if not requirements and not editables:
+            return
+        self.events.message("install:declared", "installing the declared requirements"
+                            + (" and the repo itself" if project else "") + " in one resolution",
+                            requirements=len(requirements), local_projects=reqs.local_projects, project=project)
+        ok, category, evidence = self.install("install:declared", requirements, editables=editables, meta=meta)
+        if ok:
+            return
+        if self.stopping(category) or (len(requirements) + len(editables) == 1):
+            self.fail("install:declared", category or "runtime", f"declared install failed: {evidence}")
+            return
+        if requirements and editables:
+            self.events.message("install:declared", f"the declared requirements and the repo together failed "
+                                                    f"({category}); the requirements alone first")
+            ok, category, evidence = self.install("install:requirements", requirements, meta=meta)
+        if not ok and requirements:
+            self.fail("install:requirements", category or "runtime",
+                      f"the declared requirements cannot be installed together: {evidence}")
+            if self.stopping(category):
+                return
+            if len(requirements) > 1:
+                self.events.message("install:requirements", "installing them one at a time, each with what is "
+                                                            "installed as constraints, so none changes another")
+                for requirement in requirements:
+                    one_ok, one_category, one_evidence = self.install(
+                        "install:requirements", [requirement], meta=meta, constraints=self.installed_constraints())
+                    if not one_ok:
+                        self.fail("install:requirements", one_category or "runtime",
+                                  f"install failed: {requirement}: {one_evidence}")
+                    if self.stopping(one_category):
+                        return
+        for editable in editables:
+            one_ok, one_category, one_evidence = self.install(
+                "install:project", [], editables=[editable], meta=meta, cwd=self.repo,
+                constraints=self.installed_constraints())
+            if not one_ok:
+                self.fail("install:project", one_category or "runtime",
+                          f"install of {editable} failed: {one_evidence}")
+
+    def stopping(self, category: str | None) -> bool:
+        """Whether a failure ends the installs: the network is down, the budget is spent, or a command
+        ran out of time (another try would too)."""
+        return self.network_down or category in ("timeout", "budget")
+
+    def installed_constraints(self) -> list[str]:
+        """A constraints file pinning every distribution now in the env at its installed version (local,
+        VCS and editable installs left out: an index does not have them), so that a later install
+        can add packages but never downgrade, upgrade or replace one."""
+        data = self.env_lookup([])
+        direct = {canonical(name) for name in data.get("direct", [])}
+        lines = sorted(f"{name}=={version}" for name, version in data.get("versions", {}).items()
+                       if name and version and canonical(name) not in direct)
+        path = self.env_dir / ".resenv-baseline" / "installed-constraints.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(line + "\n" for line in lines))
+        return [str(path)]
+
+    def install_guesses(self, meta: dict[str, Any], guesses: dict[str, str]) -> None:
+        """Distributions guessed for scanned imports that the declared install did not provide, in one
+        installer call with everything installed as constraints: a guess may add packages, never change
+        one the repo declared (or one those need). Where they cannot all join, each is tried alone
+        against the same constraints, and a guess that cannot join is dropped and reported as a
+        conflict with the resolver's own reason."""
+        if not guesses:
+            return
+        constraints = self.installed_constraints()
+        ok, category, evidence = self.install("install:scanned", list(guesses), meta=meta, constraints=constraints)
+        if ok:
+            return
+        if self.stopping(category) or len(guesses) == 1:
+            for dist, module in guesses.items():
+                self.drop_guess(dist, module, category or "runtime", evidence)
+            return
+        self.events.message("install:scanned", f"the {len(guesses)} guessed packages cannot all be added to "
+                                               f"what is installed ({category}); trying each alone")
+        for dist, module in guesses.items():
+            one_ok, one_category, one_evidence = self.install("install:scanned", [dist], meta=meta,
+                                                              constraints=self.installed_constraints())
+            if not one_ok:
+                self.drop_guess(dist, module, one_category or "runtime", one_evidence)
+            if self.stopping(one_category):
+                rest = list(guesses)[list(guesses).index(dist) + 1:]
+                for other in rest:
+                    self.drop_guess(other, guesses[other], one_category or "runtime", "skipped: " + one_evidence)
                 break
-        return failed
+
+    def drop_guess(self, dist: str, module: str, category: str, reason: str) -> None:
+        self.conflicts.append({"package": dist, "for_import": module, "category": category, "reason": reason[:300]})
+        self.events.message("install:scanned", f"not installed: {dist} (guessed for import {module}): {reason}",
+                            category=category)
 
     def env_lookup(self, names: list[str], python: str | None = None) -> dict[str, Any]:
         data = self.python_json("scan", ENV_SNIPPET, names, python=python)
-        return data or {"found": {}, "map": {}, "stdlib": sorted(sys.stdlib_module_names), "version": None}
+        return data or {"found": {}, "map": {}, "versions": {}, "direct": [],
+                        "stdlib": sorted(sys.stdlib_module_names), "version": None}
 
     # -- step 3 ----------------------------------------------------------------------------
+    def pip_check(self) -> dict[str, Any]:
+        """The installer's own consistency check of the env (``pip check`` / ``uv pip check``): every
+        installed distribution's requirements are met by what is installed."""
+        if self.installer == "uv":
+            assert self.uv
+            argv = [self.uv, "pip", "check", "--python", self.env_python]
+        else:
+            argv = [self.env_python, "-m", "pip", "check"]
+        result = self.runner.run("check", argv, cwd=self.env_dir, env=self.child_env, timeout=300)
+        if result.skipped or result.timed_out or result.exit_code is None:
+            return {"ok": None, "problems": [], "command": argv[:4], "note": "not run to the end"}
+        problems = [line.strip() for line in result.output.splitlines()
+                    if line.strip() and ("requires" in line or "has requirement" in line or "not installed" in line
+                                         or "incompatible" in line or "is not supported" in line)]
+        if result.exit_code != 0 and not problems:
+            problems = [line.strip() for line in result.output.splitlines() if line.strip()][-5:]
+        check = {"ok": result.exit_code == 0, "problems": problems[:50], "command": argv[:4]}
+        if not check["ok"]:
+            self.fail("check", "deps_missing", f"{' '.join(argv[-2:]) if self.installer == 'uv' else 'pip check'}"
+                      f" found {len(problems)} unmet requirement(s): " + "; ".join(problems[:3]))
+        return check
+
     def verify(self, meta: dict[str, Any], own: list[str]) -> dict[str, Any] | None:
         packages = []
         for base in (self.repo, self.repo / "src"):
@@ -1383,10 +1549,29 @@ class Agent:
             return None
         for name, outcome in data.get("imports", {}).items():
             if not outcome.get("ok"):
-                self.fail("verify", "runtime", f"import {name} failed: {outcome.get('error')}")
+                error = str(outcome.get("error"))
+                category = classifier.classify(error, returncode=1, compiled_modules=meta["extensions"]).category
+                self.fail("verify", category, f"import {name} failed: {error}")
         self.record("verify", all(o.get("ok") for o in data.get("imports", {}).values()),
                     imports=data.get("imports"))
         return data
+
+    def verdict(self) -> str:
+        """What was verified, in one sentence per fact, failures first; never "succeeded" over a failure."""
+        parts = []
+        if self.failures:
+            parts.append("failed steps: " + "; ".join(f"{f['step']}: {f['category']}" for f in self.failures))
+        if self.imports_missing:
+            parts.append("imports still missing: " + ", ".join(self.imports_missing))
+        if self.conflicts:
+            parts.append("guessed packages not installed: "
+                         + ", ".join(f"{c['package']} (for {c['for_import']}: {c['category']})" for c in self.conflicts))
+        check = self.check.get("ok")
+        parts.append("pip check: not run" if check is None else
+                     "pip check: passed" if check else f"pip check: {len(self.check['problems'])} unmet requirement(s)")
+        if not self.failures and not self.imports_missing:
+            parts.insert(0, "every step succeeded and every scanned import resolves")
+        return "; ".join(parts)
 
     def write_report(self, measured: dict[str, Any], final: bool) -> None:
         framework = measured.get("framework")
@@ -1406,13 +1591,15 @@ class Agent:
         if measured.get("packages"):
             report["packages"] = measured["packages"]
         state = "final" if final else "preliminary (written when the env was created)"
-        failed = [f"{f['step']}: {f['category']}" for f in self.failures]
+        verdict = self.verdict() if final else "nothing verified yet"
         report["notes"] = (f"resenv baseline agent, {state}; installer {self.installer}"
-                           f"{', offline' if self.args.offline else ''}; "
-                           + (f"failed steps: {'; '.join(failed)}" if failed else "every step succeeded")
-                           + ". Only measured values are claimed; DDP was not tested.")
+                           f"{', offline' if self.args.offline else ''}; {verdict}. Only measured values are "
+                           "claimed; the repo's entrypoints were not run and DDP was not tested.")
         report["baseline"] = {"final": final, "installer": self.installer, "offline": bool(self.args.offline),
                               "steps": self.steps, "failures": self.failures,
+                              "imports_missing": self.imports_missing, "conflicts": self.conflicts,
+                              "guessed": self.guessed, "pip_check": self.check,
+                              "entrypoints": "not run (the probes run them)",
                               "seconds": round(time.monotonic() - self.runner.start, 3)}
         self.report_path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.report_path.with_name(self.report_path.name + ".tmp")
@@ -1455,20 +1642,13 @@ class Agent:
                     continue
                 if requirement not in static:
                     static.append(requirement)
-        self.install("install:requirements", static, meta=meta)
-        for local in reqs.local_projects:
-            self.install("install:local", [local], meta=meta, editable=True)
-        if meta["installable"]:
-            target = "." + (f"[{','.join(extras)}]" if extras else "")
-            failed = self.install("install:project", [target], meta=meta, editable=True, cwd=self.repo)
-            if failed and meta["has_ext_modules"]:
-                events.message("install:project", "the editable install failed; building extensions in place")
-        # the import scan: what the env still cannot find
-        candidates = {name: info for name, info in imported.items()}
-        checks = sorted({module_for_check(name) for name in candidates})
+        project = ("." + (f"[{','.join(extras)}]" if extras else "")) if meta["installable"] else None
+        self.install_declared(meta, static, project)
+        # the import scan: what the declared install does not provide
+        checks = sorted({module_for_check(name) for name in imported})
         lookup = self.env_lookup(checks) if checks else {"found": {}, "map": {}}
         missing = [name for name in checks if not lookup["found"].get(name)]
-        guarded = [name for name in missing if all(info["guarded"] for dotted, info in candidates.items()
+        guarded = [name for name in missing if all(info["guarded"] for dotted, info in imported.items()
                                                     if module_for_check(dotted) == name)]
         needed = [name for name in missing if name not in guarded]
         if guarded:
@@ -1476,7 +1656,9 @@ class Agent:
         base_map: dict[str, list[str]] = {}
         if needed:
             base_map = self.env_lookup([], python=self.base_python).get("map", {})
-        to_install: list[str] = []
+        guesses: dict[str, str] = {}
+        declared = {canonical(n) for n in map(requirement_name, static) if n}
+        declared_missing: dict[str, str] = {}  # import -> its declared distribution, which did not install
         unresolvable = []
         for name in needed:
             dist, how = distribution_for(name, lookup.get("map"), base_map)
@@ -1488,13 +1670,19 @@ class Agent:
                 self.fail("scan", "runtime", f"{name} is provided by installed {', '.join(installed_dists)} "
                                              "but cannot be found; not reinstalled")
                 continue
-            if canonical(dist) in {canonical(d) for d in to_install}:
+            if canonical(dist) in declared:
+                events.message("scan", f"import {name} is missing although {dist} is declared: not installed "
+                                       "again without the repo's own version requirement")
+                declared_missing[name] = dist
                 continue
-            to_install.append(dist)
-            events.message("scan", f"import {name} is missing: installing {dist} ({how})")
+            if canonical(dist) in {canonical(d) for d in guesses}:
+                continue
+            guesses[dist] = name
+            self.guessed[name] = dist
+            events.message("scan", f"import {name} is missing: guessing {dist} ({how})")
         if unresolvable:
-            self.fail("scan", "deps_missing", "no distribution known for: " + ", ".join(unresolvable))
-        self.install("install:scanned", to_install, meta=meta)
+            events.message("scan", "no distribution known for: " + ", ".join(unresolvable))
+        self.install_guesses(meta, guesses)
         # C extensions that still do not import: build them in place
         if meta["extensions"] and (self.repo / "setup.py").is_file():
             ext_found = self.env_lookup_in_repo(meta["extensions"])
@@ -1505,15 +1693,30 @@ class Agent:
                                          cwd=self.repo, env=self.child_env, install=True)
                 self.record("build_ext", result.ok)
                 if not result.ok:
-                    self.fail("build_ext", classify_failure(result.output, result.timed_out),
+                    self.fail("build_ext", failure_category(result.output, exit_code=result.exit_code,
+                                                            timed_out=result.timed_out),
                               "python setup.py build_ext --inplace failed")
-        # step 3: verify and report
+        # step 3: verify what was built, and report exactly that
+        if needed:
+            found = (self.env_lookup(needed) or {}).get("found", {})
+            self.imports_missing = [name for name in needed if not found.get(name)]
+            dropped = {conflict["for_import"]: conflict for conflict in self.conflicts}
+            declared_failed = next((f for f in self.failures if f["step"].startswith("install:")), None)
+            for name, dist in declared_missing.items():
+                if declared_failed and name not in dropped:
+                    dropped[name] = {"package": dist, "category": declared_failed["category"],
+                                     "reason": "its declared install failed"}
+            for name in self.imports_missing:
+                why = dropped.get(name)
+                self.fail("scan", why["category"] if why else missing_import_category(name),
+                          f"import {name} still cannot be found"
+                          + (f" ({why['package']} was not installed: {why['reason']})" if why else
+                             f" (installed {self.guessed[name]} does not provide it)" if name in self.guessed else ""))
+        self.check = self.pip_check()
         measured = self.verify(meta, scan["own"]) or {"python_version": first.get("version")}
         self.write_report(measured, final=True)
         ok = not self.failures
-        events.message("done", "finished: every step succeeded" if ok else
-                       f"finished with {len(self.failures)} failed step(s)",
-                       seconds=round(time.monotonic() - self.runner.start, 3))
+        events.message("done", "finished: " + self.verdict(), seconds=round(time.monotonic() - self.runner.start, 3))
         return 0 if ok else 1
 
     def env_lookup_in_repo(self, names: list[str]) -> dict[str, bool]:

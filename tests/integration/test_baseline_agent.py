@@ -77,7 +77,7 @@ def test_online_build_with_declared_and_undeclared_dependency(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     check_events(events)
     steps = {e["step"] for e in events if e["type"] == "tool_call"}
-    assert {"env", "install:requirements", "install:scanned", "verify"} <= steps
+    assert {"env", "install:declared", "install:scanned", "check", "verify"} <= steps
     scanned = next(e for e in events if e["type"] == "tool_call" and e["step"] == "install:scanned")
     assert scanned["command"][-1] == "tabulate"
     load = load_report(report_path, sandbox_root=repo.parent)
@@ -108,7 +108,7 @@ def test_offline_reuses_the_base_interpreter(tmp_path):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     check_events(events)
     for event in events:
-        if event["type"] == "tool_call" and "pip" in event["command"]:
+        if event["type"] == "tool_call" and "pip" in event["command"] and "install" in event["command"]:
             assert "--no-index" in event["command"]
     load = load_report(report_path, sandbox_root=repo.parent)
     assert load.ok and load.report["baseline"]["offline"] is True
@@ -167,7 +167,7 @@ def test_c_extension_is_built(tmp_path):
     })
     done, events, report_path = run_agent(repo, "--budget-s", "600")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    project = [e for e in events if e["type"] == "tool_call" and e["step"] == "install:project"]
+    project = [e for e in events if e["type"] == "tool_call" and e["step"] == "install:declared"]
     assert project and project[0]["command"][-2:] == ["-e", "."]
     python = load_report(report_path, sandbox_root=repo.parent).report["python_path"]
     run = subprocess.run([python, "main.py"], cwd=repo, capture_output=True, text=True)

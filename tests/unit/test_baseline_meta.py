@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -383,16 +384,26 @@ def test_select_extras_by_imports():
     assert ba.select_extras(optional, {}, "tinystats") == []
 
 
-@pytest.mark.parametrize(("output", "category"), [
-    ("WARNING: Retrying ... NewConnectionError: Failed to establish a new connection", "download_failed"),
+@pytest.mark.parametrize(("output", "exit_code", "offline", "category"), [
+    ("WARNING: Retrying ... NewConnectionError: Failed to establish a new connection", 1, False, "download_failed"),
     ("ERROR: Could not find a version that satisfies the requirement nope\n"
-     "ERROR: No matching distribution found for nope", "deps_missing"),
-    ("error: command '/usr/bin/gcc' failed with exit code 1\nFailed building wheel for x", "native_extension"),
-    ("Traceback ...\nValueError: boom", "runtime"),
+     "ERROR: No matching distribution found for nope", 1, False, "download_failed"),
+    # offline nothing is downloaded: a package the local sources lack is missing, not a failed download
+    ("ERROR: Could not find a version that satisfies the requirement nope\n"
+     "ERROR: No matching distribution found for nope", 1, True, "deps_missing"),
+    ("ERROR: Cannot install a==1 and b==2 because these package versions have conflicting dependencies.\n"
+     "ERROR: ResolutionImpossible: for help visit ...", 1, False, "deps_missing"),
+    ("error: command '/usr/bin/gcc' failed with exit code 1\nFailed building wheel for x", 1, False,
+     "native_extension"),
+    ("Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom", 1, False, "runtime"),
 ])
-def test_classify_failure(output, category):
-    assert ba.classify_failure(output) == category
-    assert ba.classify_failure(output, timed_out=True) == "timeout"
+def test_failure_category_is_the_classifiers(output, exit_code, offline, category):
+    assert ba.failure_category(output, exit_code=exit_code, offline=offline) == category
+    assert ba.failure_category(output, exit_code=None, timed_out=True) == "timeout"
+
+
+def test_a_missing_import_is_deps_missing_by_the_classifier():
+    assert ba.missing_import_category("metric_tools") == "deps_missing"
 
 
 # --------------------------------------------------------------------------- adapter and spec
@@ -455,9 +466,20 @@ def test_adapter_command_and_parse(tmp_path):
     # the script is staged into the sandbox and run from there, by the engine's interpreter locally
     staged = next(iter(command.files))
     assert argv[2] == str(paths.workdir / staged) and b"resenv's built-in baseline agent" in command.files[staged]
-    # the build reader it shares with the judges travels beside it
-    beside = str(Path(staged).with_name("resenv_buildinfo.py"))
-    assert b"def compiled_modules(" in command.files[beside]
+    # the judges' modules it shares (build reader, classifier) travel beside it as one package, and the
+    # staged copy runs on its own, far from resenv's source tree
+    shared = Path(staged).with_name("resenv_shared")
+    assert b"def compiled_modules(" in command.files[str(shared / "buildinfo.py")]
+    assert b"def classify(" in command.files[str(shared / "classifier.py")]
+    for rel, content in command.files.items():
+        (tmp_path / "staged" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "staged" / rel).write_bytes(content)
+    probe = subprocess.run([sys.executable, "-I", "-c", "import runpy, sys; sys.argv = ['x', '--help']; "
+                            f"runpy.run_path({str(tmp_path / 'staged' / staged)!r}, run_name='not_main'); "
+                            "import resenv_shared.classifier as c; print(c.__file__)"],
+                           capture_output=True, text=True, timeout=60)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == str(tmp_path / "staged" / shared / "classifier.py")
     assert argv[0] == sys.executable
     remote = adapter.command(dataclasses.replace(paths, remote=True)).argv
     assert remote[0] == "python3" and "--uv" not in remote, "an SSH host or container has its own python3"
