@@ -197,7 +197,9 @@ async def _commit_tree(tree: Path, bare: Path, env: dict[str, str]) -> str:
 
 
 async def _clone_pinned(url: str, commit: str, bare: Path, env: dict[str, str]) -> str:
-    await git("clone", "--quiet", "--bare", url, str(bare), env=env, category="download_failed")
+    # --no-hardlinks: a local source's files must not share inodes with the pristine copy, whose
+    # modes are changed next (that would change the source's own files).
+    await git("clone", "--quiet", "--bare", "--no-hardlinks", url, str(bare), env=env, category="download_failed")
     bare_env = {**env, "GIT_DIR": str(bare)}
     try:
         await git("cat-file", "-e", f"{commit}^{{commit}}", env=bare_env)
@@ -207,10 +209,14 @@ async def _clone_pinned(url: str, commit: str, bare: Path, env: dict[str, str]) 
 
 
 def _make_read_only(root: Path) -> None:
+    """Nobody may write the pristine copy, and every sandbox user must be able to read it: a sandbox
+    runs as another uid, and a source cloned with owner-only files (a partial clone's ``.promisor``
+    file is 0400) would otherwise make every checkout fail with "Permission denied"."""
+    readable = stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH
     for directory, _, files in os.walk(root):
         for name in files:
             path = Path(directory, name)
-            path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+            path.chmod((path.stat().st_mode | readable) & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
 def checkout_argv(pristine: Pristine, target: Path) -> list[list[str]]:
@@ -219,6 +225,19 @@ def checkout_argv(pristine: Pristine, target: Path) -> list[list[str]]:
         ["git", "clone", "--quiet", "--no-hardlinks", "--no-checkout", str(pristine.path), str(target)],
         ["git", "-C", str(target), "checkout", "--quiet", "--detach", pristine.commit],
     ]
+
+
+def git_fatal_line(stderr_path: Path) -> str:
+    """git's own reason for a failed command (its last ``fatal:``/``error:`` line, from the raw log),
+    as ``": <line>"`` to append to a one-line error; empty when the log has none."""
+    try:
+        lines = stderr_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    for line in reversed(lines):
+        if line.startswith(("fatal: ", "error: ")):
+            return ": " + line.strip()[:300]
+    return ""
 
 
 def submodules_argv(target: Path, upstream: str) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from .agents import AgentAdapter, JobPaths
 from .agents.session import AgentSession  # issue 6: usage, cost, budgets, completion
-from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv, submodules_argv
+from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv, git_fatal_line, submodules_argv
 from .hosts import Lease
 from .integrity import verify_checkout
 from .output import OutputBudget, limits_of
@@ -289,7 +289,8 @@ class JobAttempt:
             result = await self.run_command("checkout", argv, timeout=self.timeouts.checkout,
                                             env={"GIT_CONFIG_GLOBAL": str(trust)})
             if not result.ok:
-                raise AttemptError(f"checkout failed: {' '.join(argv[:3])} exited {result.returncode}", "infra")
+                raise AttemptError(f"checkout failed: {' '.join(argv[:3])} exited {result.returncode}"
+                                   f"{git_fatal_line(result.stderr_path)}", "infra")
         try:
             # git leaves out files whose objects the source lacks and still exits 0: check the tree.
             await verify_checkout(self, pristine, await self.ctx.pristines.manifest(pristine), self.timeouts.checkout)
