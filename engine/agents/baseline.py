@@ -1,8 +1,9 @@
 """The `baseline` agent: resenv's built-in rule-based agent (no LLM), honest about what it measured.
 
 The work is done by ONE stdlib-only script, `baseline_agent.py` beside this file (its docstring has
-the steps and the event schema). The adapter stages it into the job's work dir, with the build
-reader it shares with the judges (`probes/buildinfo.py`) beside it, and runs it there, so the
+the steps and the event schema). The adapter stages it into the job's work dir, with the two
+modules it shares with the judges (the build reader `probes/buildinfo.py` and the rule for the
+repo's own modules `probes/localroots.py`) beside it, and runs it there, so the
 sandbox's timeout, pause and kill reach it and everything it starts. Its driver (Python >=
 3.11, for tomllib) is `driver:`, else the engine's own interpreter on the local process sandbox and
 the sandbox's `python3` on an SSH host or in a container. The env itself is built from `python:`
@@ -28,10 +29,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...probes import buildinfo
+from ...probes import buildinfo, localroots
 from ..sandbox.base import OutputLine
 from .base import AgentCommand, JobPaths
-from .baseline_agent import BUILDINFO_STAGED
+from .baseline_agent import BUILDINFO_STAGED, LOCALROOTS_STAGED
 
 SCRIPT = Path(__file__).with_name("baseline_agent.py")
 STAGED = ".resenv-agent/baseline_agent.py"
@@ -104,7 +105,8 @@ class BaselineAgent:
         if budget:
             argv += ["--budget-s", f"{float(budget):g}"]
         files = {STAGED: SCRIPT.read_bytes(),
-                 str(Path(STAGED).with_name(BUILDINFO_STAGED)): Path(buildinfo.__file__).read_bytes()}
+                 str(Path(STAGED).with_name(BUILDINFO_STAGED)): Path(buildinfo.__file__).read_bytes(),
+                 str(Path(STAGED).with_name(LOCALROOTS_STAGED)): Path(localroots.__file__).read_bytes()}
         return AgentCommand(argv=argv, env=forwarded_env(), files=files)
 
     def parse(self, line: OutputLine) -> list[dict[str, Any]]:
