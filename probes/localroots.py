@@ -344,12 +344,12 @@ def source_targets(source: str | bytes, path: str) -> list[str]:
 # Resolution
 
 
-def search_roots(repo: Layout, path: str, targets: Iterable[str] = ()) -> list[str]:
+def search_roots(source_roots: Iterable[str], path: str, targets: Iterable[str] = ()) -> list[str]:
     """The directories an absolute import in the file `path` is resolved from, as pyright's execution
-    roots would: its own directory and its ancestors, ``src`` and the declared source roots, then
-    its static ``sys.path`` targets; no repeats."""
+    roots would: its own directory and its ancestors (up to the repo root ""), the repo's source
+    roots (:attr:`Layout.roots`), then the file's static ``sys.path`` targets; no repeats."""
     out: list[str] = []
-    for root in [*ancestors(parent(path)), *repo.roots, *targets]:
+    for root in [*ancestors(parent(path)), *source_roots, *targets]:
         if root not in out:
             out.append(root)
     return out
@@ -393,6 +393,6 @@ def is_local(repo: Layout, top: str, occurrences: Iterable[tuple[str, str, tuple
     seen = False
     for path, module, names in occurrences:
         seen = True
-        if not resolves(repo, search_roots(repo, path, targets.get(path, ())), module, names):
+        if not resolves(repo, search_roots(repo.roots, path, targets.get(path, ())), module, names):
             return False
     return seen

@@ -134,7 +134,7 @@ def test_path_targets_read_the_forms_statically():
 
 def test_search_roots_are_the_files_dir_its_ancestors_the_source_roots_and_its_targets():
     repo = localroots.layout(["lib/x/__init__.py"], {"setup.cfg": b"[options.packages.find]\nwhere = lib\n"})
-    assert localroots.search_roots(repo, "a/b/run.py", ["vendor"]) == ["a/b", "a", "", "lib", "src", "vendor"]
+    assert localroots.search_roots(repo.roots, "a/b/run.py", ["vendor"]) == ["a/b", "a", "", "lib", "src", "vendor"]
 
 
 def test_declared_names_and_roots_are_local_everywhere():
