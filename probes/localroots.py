@@ -19,8 +19,10 @@ Any other name is local only if EVERY one of its absolute import occurrences res
 repo from the roots pyright's execution environments give that file (:func:`search_roots`):
 
 - the repo root, ``src/`` and the declared source roots;
-- the importing file's own directory and each of its ancestors (a script run from there puts its
-  directory on ``sys.path``; pyright walks up the same way);
+- the importing file's own directory, and each of its ancestors that holds a file importing the
+  same name itself: the script run from there puts that directory on ``sys.path`` (pyright walks
+  up every ancestor; this keeps ``rllm/llm/.../finetuner.py`` importing Hugging Face's ``datasets``
+  third-party, although ``rllm/datasets/`` is a folder two levels up);
 - the targets of the file's static ``sys.path.insert(i, X)`` / ``sys.path.append(X)`` calls
   (:func:`path_targets`): ``X`` built from string literals, ``__file__``, ``os.path.join`` /
   ``dirname`` / ``abspath`` / ``realpath`` / ``normpath``, ``Path(__file__).parent`` (``.parents[n]``,
@@ -387,12 +389,20 @@ def is_local(repo: Layout, top: str, occurrences: Iterable[tuple[str, str, tuple
              targets: Mapping[str, list[str]] = {}) -> bool:
     """Whether the top-level name `top` is the repo's own: a name the repo provides everywhere, or
     one whose every occurrence ``(importing file, dotted module, imported names)`` resolves inside
-    the repo (`targets`: each file's static ``sys.path`` targets). No occurrence: not local."""
+    the repo (`targets`: each file's static ``sys.path`` targets). No occurrence: not local.
+
+    Of a file's ancestors only those holding a file that imports `top` themselves are roots (the
+    script run from there that puts the directory on ``sys.path``): pyright walks up every ancestor,
+    so this is a subset of what it resolves, and it keeps a real package imported from deep inside
+    a package that happens to hold a same-named folder (``rllm/llm/.../finetuner.py`` importing
+    Hugging Face's ``datasets`` beside ``rllm/datasets/``) third-party."""
     if top in repo.names:
         return True
-    seen = False
-    for path, module, names in occurrences:
-        seen = True
-        if not resolves(repo, search_roots(repo.roots, path, targets.get(path, ())), module, names):
+    uses = list(occurrences)
+    importing_dirs = {parent(path) for path, _, _ in uses}
+    for path, module, names in uses:
+        own = parent(path)
+        roots = [own, *(d for d in ancestors(own)[1:] if d in importing_dirs), *repo.roots, *targets.get(path, ())]
+        if not resolves(repo, roots, module, names):
             return False
-    return seen
+    return bool(uses)

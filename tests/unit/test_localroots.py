@@ -58,6 +58,24 @@ def test_a_name_imported_locally_in_one_place_and_from_nowhere_elsewhere_is_thir
     assert found["dataset"] == "third_party" and found["util"] == "third_party"
 
 
+def test_an_ancestor_is_a_root_only_where_a_script_there_imports_the_name():
+    """rllm's shape: a file deep in a package imports Hugging Face's ``datasets``; ``rllm/datasets/``
+    two levels up is the repo's own package, but nothing run from ``rllm/`` puts it on sys.path."""
+    tree = {
+        "rllm/__init__.py": b"",
+        "rllm/datasets/__init__.py": b"",
+        "rllm/llm/__init__.py": b"",
+        "rllm/llm/finetune/finetuner.py": src("from datasets import Dataset, load_from_disk\n"),
+        # LettuceDetect's shape: an integration folder named after the package it integrates
+        "lettucedetect/__init__.py": b"",
+        "lettucedetect/integrations/__init__.py": b"",
+        "lettucedetect/integrations/elysia/__init__.py": b"",
+        "lettucedetect/integrations/elysia/tools.py": src("from elysia import tool\n"),
+    }
+    found = kinds(import_census(tree))
+    assert found["datasets"] == "third_party" and found["elysia"] == "third_party"
+
+
 def test_a_namespace_folder_named_like_a_real_package_is_not_the_repos():
     census = import_census({
         "examples/torch/run.py": src("import torch.nn\nimport torch\n"),
