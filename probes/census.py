@@ -23,7 +23,8 @@ Classification of a top-level name, in this order:
     not itself a package (vendored or nested projects: ``third_party/foo/foo/__init__.py``);
   * otherwise, a name EVERY occurrence of which resolves inside the repo from the importing file's
     roots as pyright's execution environments give them: the repo root, ``src/``, the declared
-    source roots, the file's own directory and its ancestors, and the targets of its static
+    source roots, the file's own directory and those of its ancestors where a file imports the same
+    name (the script that puts that directory on ``sys.path``), and the targets of its static
     ``sys.path.insert/append`` calls; resolving means the module exists as far as the import names
     one (``from dataset.transform import X`` needs ``dataset/transform.py`` or ``dataset/transform/``).
 

@@ -331,17 +331,6 @@ def path_targets(tree: ast.AST, path: str) -> list[str]:
     return out
 
 
-def source_targets(source: str | bytes, path: str) -> list[str]:
-    """:func:`path_targets` of a source text; [] when it mentions no ``sys.path`` (most files: not
-    parsed again) or does not parse."""
-    if ("sys.path" if isinstance(source, str) else b"sys.path") not in source:  # type: ignore[operator]
-        return []
-    try:
-        return path_targets(ast.parse(source), path)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return []
-
-
 # ---------------------------------------------------------------------------------------------------
 # Resolution
 
