@@ -763,14 +763,6 @@ def repo_layout(root: Path) -> Any:
     return localroots.layout(paths, packaging)
 
 
-def repo_modules(root: Path, files: list[Path], declared: Iterable[str] = ()) -> set[str]:
-    """Top-level names the repo provides everywhere (the census's rule, :mod:`localroots`: root,
-    ``src/`` and declared-source-root modules, packages mapped by a packaging file, regular packages
-    whose parent is not a package) and the declared extension / package names. `files` is kept for
-    callers; the layout is read from `root`."""
-    return set(repo_layout(root).names) | set(declared)
-
-
 def scan_imports(root: Path, declared: Iterable[str] = ()) -> dict[str, Any]:
     """The repo's absolute imports, third-party candidates only (stdlib removed later, since the
     stdlib is the env's): ``{"modules": {dotted: {"files", "guarded", "first"}}, "own": [...],
