@@ -16,7 +16,8 @@ packaging file maps explicitly (``package-dir = {"x" = "lib"}``); a regular pack
 projects: ``third_party/foo/foo/__init__.py``).
 
 Any other name is local only if EVERY one of its absolute import occurrences resolves inside the
-repo from the roots pyright's execution environments give that file (:func:`search_roots`):
+repo from these roots of the importing file (:func:`is_local`; a subset of the roots pyright's
+execution environments give it, :func:`search_roots`, so pyright finds whatever is local):
 
 - the repo root, ``src/`` and the declared source roots;
 - the importing file's own directory, and each of its ancestors that holds a file importing the
