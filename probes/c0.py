@@ -17,7 +17,9 @@ Rules (one implementation for every repo):
   and any environment it created inside the repo, are never analyzed), ``exclude`` the usual
   directories plus every virtual environment found in the repo. The repo is pyright's execution
   root (its own packages resolve as when pyright runs in the repo), with ``src/`` as an extra
-  path where pyright would add it by itself (a ``src`` dir that is not a package).
+  path where pyright would add it by itself (a ``src`` dir that is not a package); the census's
+  declared source roots and each file's static ``sys.path`` targets are import roots too (see
+  :func:`write_config`), so a module the census counts as the repo's is never counted missing.
 - Counted: distinct top-level modules of ``reportMissingImports`` diagnostics that are in the
   census, reported in census files; relative imports are ignored. ``reportMissingModuleSource``
   (pyright has bundled stubs but the package itself is not installed: ``yaml``, ``requests``,
@@ -62,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from .capture import run_capped
+from . import localroots
 from .census import Census
 
 PYRIGHT_PIN = "1.1.414"  # keep equal to the `pyright==` pin in pyproject.toml
@@ -284,17 +287,39 @@ def _result(census: Census, *, status: str, category: str | None, missing: set[s
     )
 
 
-def write_config(repo_dir: Path, files: list[str], work_dir: Path, excluded: list[Path]) -> Path:
-    """The pyright config for C0, written to `work_dir` (paths relative to it, as pyright wants)."""
+def write_config(repo_dir: Path, files: list[str], work_dir: Path, excluded: list[Path],
+                 census: Census | None = None) -> Path:
+    """The pyright config for C0, written to `work_dir` (paths relative to it, as pyright wants).
+
+    Its import roots are the census's (:mod:`probes.localroots`), so a module the census counts as
+    the repo's own is resolved inside the repo, never counted missing: the repo is the execution
+    root (pyright resolves a file's absolute imports from there, then from the file's own
+    directory up to the root), ``src/`` (when not a package) and the census's declared source roots
+    are extra paths; a census file with static ``sys.path`` targets gets an execution environment
+    of its own (rooted at the file, listed first), whose extra paths are its directory and
+    ancestors, the same source roots and its targets.
+    """
     def rel(path: Path) -> str:
         return os.path.relpath(path, work_dir).replace(os.sep, "/")
 
     src = repo_dir / "src"
     extra = [str(src)] if src.is_dir() and not (src / "__init__.py").exists() else []
+    source_roots = list(census.roots) if census is not None else []
+    extra += [str(repo_dir / root) for root in source_roots if (repo_dir / root).is_dir()]
+    environments: list[dict[str, Any]] = []
+    targets = census.path_targets if census is not None else {}
+    for file in files:
+        if file not in targets:
+            continue
+        roots = localroots.search_roots(source_roots, file, targets[file])
+        paths = [str(repo_dir / root) if root else str(repo_dir) for root in roots if (repo_dir / root).is_dir()]
+        environments.append({"root": str(repo_dir / file),
+                             "extraPaths": paths + [p for p in extra if p not in paths]})
+    environments.append({"root": str(repo_dir), "extraPaths": extra})
     config = {
         "include": [rel(repo_dir / f) for f in files],
         "exclude": [*_ALWAYS_EXCLUDE, *(rel(p) for p in excluded)],
-        "executionEnvironments": [{"root": str(repo_dir), "extraPaths": extra}],
+        "executionEnvironments": environments,
         "stubPath": str(repo_dir / "typings"),
         "typeCheckingMode": "off",
         "enableTypeIgnoreComments": False,
@@ -376,7 +401,7 @@ async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path,
                            command=[], started=started, version=version, interpreter_ok=True,
                            log="\n".join(notes), python_version=python_version)
 
-        config = write_config(repo_dir, present, work_dir, excluded)
+        config = write_config(repo_dir, present, work_dir, excluded, census)
         command = [*tool.argv, "--outputjson", "--level", "warning", "--pythonpath", str(interpreter),
                    "-p", str(config)]
         pyright_started = time.monotonic()

@@ -13,21 +13,25 @@ Classification of a top-level name, in this order:
 
 - ``stdlib``: in ``sys.stdlib_module_names`` of the judging Python (3.11+), or ``__future__``. The
   stdlib wins over a same-named repo file (the stdlib always resolves; ``code/``, ``test/`` dirs exist).
-- ``repo``: the repo itself provides it, pragmatically, in one of these ways:
+- ``repo``: the repo itself provides it, by the rule of :mod:`probes.localroots` (shared with C0's
+  pyright configuration and the baseline agent, so what is counted here is what they resolve):
 
-  * a root-level module: ``x.py`` or a directory ``x/`` holding ``.py`` files (a package or a
-    namespace package) at the repo root, under ``src/``, or under a source root that
-    ``pyproject.toml`` / ``setup.cfg`` / ``setup.py`` declares (``package-dir``, ``where``, poetry's
-    ``from``), anywhere in the tree (relative to that file's directory);
-  * a package name a packaging file maps explicitly (``package-dir = {"x" = "lib"}``);
-  * a regular package (``x/__init__.py``) anywhere whose parent directory is not itself a package
-    (vendored or nested projects: ``third_party/foo/foo/__init__.py``, ``python/mypkg/__init__.py``);
-  * a module only ever imported beside it: every file importing ``x`` has ``x.py`` or a directory
-    ``x/`` in its own directory (scripts importing their siblings, which both Python and pyright
-    resolve from the script's directory).
+  * a name the repo provides everywhere: a root-level module (``x.py`` or a directory ``x/``
+    holding ``.py`` files at the repo root, under ``src/`` or under a source root that
+    ``pyproject.toml`` / ``setup.cfg`` / ``setup.py`` declares), a package name a packaging file
+    maps explicitly, or a regular package (``x/__init__.py``) anywhere whose parent directory is
+    not itself a package (vendored or nested projects: ``third_party/foo/foo/__init__.py``);
+  * otherwise, a name EVERY occurrence of which resolves inside the repo from the importing file's
+    roots as pyright's execution environments give them: the repo root, ``src/``, the declared
+    source roots, the file's own directory and those of its ancestors where a file imports the same
+    name (the script that puts that directory on ``sys.path``), and the targets of its static
+    ``sys.path.insert/append`` calls; resolving means the module exists as far as the import names
+    one (``from dataset.transform import X`` needs ``dataset/transform.py`` or ``dataset/transform/``).
 
-  Deliberately NOT repo: a namespace directory deep in the tree (``examples/torch/run.py`` does not
-  make ``torch`` a repo module: a namespace portion never shadows an installed package).
+  Deliberately NOT repo: a namespace directory the import does not go into (``import torch`` or
+  ``import torch.nn`` in ``examples/torch/run.py``, a plain folder: a namespace portion never
+  shadows an installed package), and a name that one file imports from beside it while another
+  imports it from where it cannot be found (that one needs it installed).
 - ``third_party``: everything else.
 
 The census is pure data (frozen dataclasses, ``to_dict`` / ``from_dict`` round-trip through JSON).
@@ -38,7 +42,6 @@ from __future__ import annotations
 import ast
 import gc
 import codecs
-import configparser
 import io
 import os
 import subprocess
@@ -49,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from . import buildinfo
+from . import buildinfo, localroots
 
 MAX_FILE_BYTES = 2 * 1024 * 1024
 PACKAGING_FILES = frozenset({"pyproject.toml", "setup.cfg", "setup.py"})
@@ -87,12 +90,18 @@ class Census:
     ``files``: the ``.py`` files that were read (parsed or not), sorted: the C0 judge only counts
     diagnostics in these. ``unparsable``: files whose syntax ``ast`` rejects (counted in ``files``,
     contributing no imports). ``skipped``: files not read at all (over 2 MB, undecodable), sorted.
+    ``roots`` (declared source roots other than the repo root and ``src``) and ``path_targets``
+    (``{file: directories its static sys.path calls add}``) are the import roots of
+    :mod:`probes.localroots` that C0 gives pyright, so it resolves the repo's own modules as the
+    census classified them.
     """
 
     modules: list[ModuleUse] = field(default_factory=list)  # sorted by name
     files: list[str] = field(default_factory=list)
     unparsable: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    roots: list[str] = field(default_factory=list)  # declared source roots beyond "" and src, sorted
+    path_targets: dict[str, list[str]] = field(default_factory=dict)  # file -> static sys.path dirs
 
     @property
     def total(self) -> int:
@@ -131,6 +140,7 @@ class Census:
             "total": self.total, "stdlib": self.stdlib, "repo": self.repo, "third_party": self.third_party,
             "modules": [m.to_dict() for m in self.modules],
             "files": list(self.files), "unparsable": list(self.unparsable), "skipped": list(self.skipped),
+            "roots": list(self.roots), "path_targets": {k: list(v) for k, v in self.path_targets.items()},
         }
 
     @classmethod
@@ -140,6 +150,8 @@ class Census:
             files=[str(f) for f in data.get("files", [])],
             unparsable=[str(f) for f in data.get("unparsable", [])],
             skipped=[str(f) for f in data.get("skipped", [])],
+            roots=[str(r) for r in data.get("roots", [])],
+            path_targets={str(k): [str(d) for d in v] for k, v in (data.get("path_targets") or {}).items()},
         )
 
 
@@ -292,24 +304,30 @@ _TRANSPARENT = (ast.ClassDef, ast.With, ast.AsyncWith)
 _TRY = (ast.Try, ast.TryStar) if hasattr(ast, "TryStar") else (ast.Try,)
 
 
-def _imports(tree: ast.Module) -> Iterable[tuple[str, int, bool]]:
-    """(top-level module, line, unconditional) of every absolute import statement, in source order.
+Occurrence = tuple[str, str, tuple[str, ...], int, bool]
+"""(top-level module, dotted module, imported names, line, unconditional) of one absolute import."""
+
+
+def _imports(tree: ast.Module) -> list[Occurrence]:
+    """Every absolute import statement of `tree`, in source order (``import a.b`` gives one per
+    alias, with no names; ``from a.b import c, d`` gives ``("a", "a.b", ("c", "d"), ...)``).
 
     Imports are statements, so only statement lists are walked, never expressions (much faster
     than ``ast.walk``).
     """
     stack: list[tuple[list[ast.stmt], bool]] = [(tree.body, True)]
-    out: list[tuple[str, int, bool]] = []
+    out: list[Occurrence] = []
     while stack:
         body, top = stack.pop()
         nested: list[tuple[list[ast.stmt], bool]] = []
         for node in body:
             if isinstance(node, ast.Import):
                 for alias in node.names:
-                    out.append((alias.name.partition(".")[0], node.lineno, top))
+                    out.append((alias.name.partition(".")[0], alias.name, (), node.lineno, top))
             elif isinstance(node, ast.ImportFrom):
                 if node.level == 0 and node.module:
-                    out.append((node.module.partition(".")[0], node.lineno, top))
+                    out.append((node.module.partition(".")[0], node.module,
+                                tuple(alias.name for alias in node.names), node.lineno, top))
             elif isinstance(node, _TRANSPARENT):
                 nested.append((node.body, top))
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -331,134 +349,12 @@ def _imports(tree: ast.Module) -> Iterable[tuple[str, int, bool]]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# What the repo provides
-
-
-def _parent(path: str) -> str:
-    return path.rpartition("/")[0]
-
-
-def _join(base: str, rel: str) -> str:
-    joined = os.path.normpath(os.path.join(base, rel)).replace(os.sep, "/") if rel else (base or ".")
-    return "" if joined in (".", "") else joined.strip("/")
-
-
-def _declared_roots(path: str, data: bytes) -> tuple[set[str], set[str]]:
-    """(source root dirs, explicit package names) a packaging file declares; best effort."""
-    base = _parent(path)
-    roots: set[str] = set()
-    names: set[str] = set()
-
-    def package_dir(mapping: Mapping[str, Any]) -> None:
-        for key, value in mapping.items():
-            if not isinstance(value, str):
-                continue
-            if key in ("", None):
-                roots.add(_join(base, value))
-            else:
-                names.add(str(key).partition(".")[0])
-
-    name = path.rsplit("/", 1)[-1]
-    try:
-        if name == "pyproject.toml":
-            import tomllib
-
-            doc = tomllib.loads(data.decode("utf-8"))
-            tool = doc.get("tool", {}) if isinstance(doc.get("tool"), dict) else {}
-            st = tool.get("setuptools", {}) if isinstance(tool.get("setuptools"), dict) else {}
-            if isinstance(st.get("package-dir"), dict):
-                package_dir(st["package-dir"])
-            packages = st.get("packages")
-            if isinstance(packages, dict) and isinstance(packages.get("find"), dict):
-                for where in packages["find"].get("where", []) or []:
-                    if isinstance(where, str):
-                        roots.add(_join(base, where))
-            poetry = tool.get("poetry", {}) if isinstance(tool.get("poetry"), dict) else {}
-            for entry in poetry.get("packages", []) or []:
-                if isinstance(entry, dict) and isinstance(entry.get("from"), str):
-                    roots.add(_join(base, entry["from"]))
-            hatch = tool.get("hatch", {}) if isinstance(tool.get("hatch"), dict) else {}
-            wheel = hatch.get("build", {}).get("targets", {}).get("wheel", {}) if isinstance(hatch.get("build"), dict) else {}
-            for package in (wheel.get("packages", []) if isinstance(wheel, dict) else []) or []:
-                if isinstance(package, str) and package.strip("/"):
-                    roots.add(_join(base, _parent(package.strip("/"))))
-        elif name == "setup.cfg":
-            parser = configparser.ConfigParser(interpolation=None, strict=False)
-            parser.read_string(data.decode("utf-8", errors="replace"))
-            if parser.has_option("options", "package_dir"):
-                for line in parser.get("options", "package_dir").splitlines():
-                    key, sep, value = line.partition("=")
-                    if sep:
-                        package_dir({key.strip(): value.strip()})
-            if parser.has_option("options.packages.find", "where"):
-                for where in parser.get("options.packages.find", "where").split():
-                    roots.add(_join(base, where))
-        elif name == "setup.py":
-            tree = ast.parse(data)
-            for node in ast.walk(tree):
-                if not isinstance(node, ast.Call):
-                    continue
-                for keyword in node.keywords:
-                    if keyword.arg == "package_dir":
-                        try:
-                            value = ast.literal_eval(keyword.value)
-                        except (ValueError, SyntaxError, TypeError):
-                            continue
-                        if isinstance(value, dict):
-                            package_dir(value)
-                func = node.func
-                fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-                if fname in ("find_packages", "find_namespace_packages"):
-                    where = node.args[0] if node.args else next(
-                        (k.value for k in node.keywords if k.arg == "where"), None)
-                    if isinstance(where, ast.Constant) and isinstance(where.value, str):
-                        roots.add(_join(base, where.value))
-    except Exception:  # noqa: BLE001 - a broken packaging file only loses hints
-        pass
-    return roots, names
-
-
-def _provided(paths: Iterable[str], packaging: Mapping[str, bytes]) -> tuple[set[str], dict[str, set[str]]]:
-    """(names the repo provides globally, {directory: names importable from inside that directory})."""
-    py = [p for p in paths if p.endswith(".py")]
-    packages = {_parent(p) for p in py if p.endswith("/__init__.py") or p == "__init__.py"}
-    roots = {"", "src"}
-    global_names: set[str] = set()
-    for path, data in packaging.items():
-        more_roots, names = _declared_roots(path, data)
-        roots |= more_roots
-        global_names |= names
-    local: dict[str, set[str]] = {}
-    for path in py:
-        parts = path.split("/")
-        # the file itself, importable from its own directory
-        stem = parts[-1][:-3]
-        if stem != "__init__" and stem.isidentifier():
-            directory = "/".join(parts[:-1])
-            local.setdefault(directory, set()).add(stem)
-            if directory in roots:
-                global_names.add(stem)
-        # every directory above it: importable from its parent directory (a namespace or regular package)
-        for i in range(len(parts) - 1):
-            name = parts[i]
-            if not name.isidentifier():
-                continue
-            parent = "/".join(parts[:i])
-            local.setdefault(parent, set()).add(name)
-            if parent in roots:
-                global_names.add(name)
-            elif parent not in packages and "/".join(parts[:i + 1]) in packages:
-                global_names.add(name)  # a regular package whose parent is not a package
-    return global_names, local
-
-
-# ---------------------------------------------------------------------------------------------------
 # The census
 
 
 def _scan(paths: list[str], files: Mapping[str, bytes], normalized: Mapping[str, str], max_bytes: int,
           skipped_all: set[str], scanned: list[str], unparsable: list[str], packaging: dict[str, bytes],
-          found: dict[str, list[Any]]) -> None:
+          found: dict[str, list[Any]], targets: dict[str, list[str]]) -> None:
     """Parse every ``.py`` file of `paths`, filling the output arguments."""
     for path in paths:
         if not path.endswith(".py"):
@@ -479,21 +375,22 @@ def _scan(paths: list[str], files: Mapping[str, bytes], normalized: Mapping[str,
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             unparsable.append(path)
             continue
-        directory = _parent(path)
+        if "sys.path" in text and (added := localroots.path_targets(tree, path)):
+            targets[path] = added
         seen_here: set[str] = set()
-        for name, line, top in _imports(tree):
+        for name, module, names, line, top in _imports(tree):
             if not name:
                 continue
             entry = found.get(name)
             if entry is None:
-                found[name] = [1, f"{path}:{line}", top, {directory}]
+                found[name] = [1, f"{path}:{line}", top, [(path, module, names)]]
                 seen_here.add(name)
                 continue
             if name not in seen_here:
                 seen_here.add(name)
                 entry[0] += 1
-                entry[3].add(directory)
             entry[2] = entry[2] or top
+            entry[3].append((path, module, names))
 
 
 def import_census(files: Mapping[str, bytes], *, skipped: Iterable[str] = (),
@@ -508,29 +405,30 @@ def import_census(files: Mapping[str, bytes], *, skipped: Iterable[str] = (),
 
     scanned: list[str] = []
     unparsable: list[str] = []
-    # name -> [files count, first "path:line", unconditional, set of importing dirs]
+    # name -> [files count, first "path:line", unconditional, occurrences (path, dotted module, names)]
     found: dict[str, list[Any]] = {}
+    targets: dict[str, list[str]] = {}
     # AST nodes are GC-tracked: building them triggers collections that cost 15-25 % of the census
     # (measured); each tree is freed by refcount as soon as it is walked, so nothing piles up.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        _scan(paths, files, normalized, max_bytes, skipped_all, scanned, unparsable, packaging, found)
+        _scan(paths, files, normalized, max_bytes, skipped_all, scanned, unparsable, packaging, found, targets)
     finally:
         if gc_was_enabled:
             gc.enable()
 
-    global_names, local = _provided(paths, packaging)
+    repo = localroots.layout(paths, packaging)
     modules = []
     for name in sorted(found):
-        count, first, top, dirs = found[name]
+        count, first, top, occurrences = found[name]
         if name in STDLIB:
             kind = "stdlib"
-        elif name in global_names or all(name in local.get(d, ()) for d in dirs):
+        elif localroots.is_local(repo, name, occurrences, targets):
             kind = "repo"
         else:
             kind = "third_party"
         modules.append(ModuleUse(name=name, kind=kind, files=count, first=first, unconditional=top))
     return Census(modules=modules, files=scanned, unparsable=sorted(unparsable),
-                  skipped=sorted(p for p in skipped_all))
-
+                  skipped=sorted(p for p in skipped_all),
+                  roots=[r for r in repo.roots if r not in ("", "src")], path_targets=targets)

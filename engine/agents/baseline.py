@@ -2,7 +2,8 @@
 
 The work is done by ONE stdlib-only script, `baseline_agent.py` beside this file (its docstring has
 the steps and the event schema). The adapter stages it into the job's work dir, with the judges'
-modules it shares (`probes/buildinfo.py`, `probes/classifier.py`) beside it as one package, and runs it there, so the
+modules it shares (`probes/buildinfo.py`, `probes/classifier.py`, `probes/localroots.py`) beside
+it as one package, and runs it there, so the
 sandbox's timeout, pause and kill reach it and everything it starts. Its driver (Python >=
 3.11, for tomllib) is `driver:`, else the engine's own interpreter on the local process sandbox and
 the sandbox's `python3` on an SSH host or in a container. The env itself is built from `python:`

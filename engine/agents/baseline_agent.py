@@ -2,8 +2,10 @@
 """resenv's built-in baseline agent: deterministic, rule-based, no LLM, and honest.
 
 ONE stdlib-only script (Python >= 3.11, for tomllib) that builds a Python environment for a repo
-and reports only what it measured; the one module it loads is resenv's build-configuration reader
-(``probes/buildinfo.py``, also stdlib-only), staged beside it as ``resenv_buildinfo.py``. The
+and reports only what it measured; the modules it loads are the judges' own, stdlib-only, staged
+beside it as one package ``resenv_shared``: the build-configuration reader (``probes/buildinfo.py``),
+the failure classifier (``probes/classifier.py``) and the rule for the repo's own modules
+(``probes/localroots.py``, the census's). The
 `baseline` adapter (`baseline.py` beside this file) runs it inside the job's sandbox, so the
 sandbox's timeout, pause and kill reach it and every child::
 
@@ -105,21 +107,21 @@ except ImportError:  # pragma: no cover - Python < 3.11: pyproject.toml is then 
 
 SHARED_STAGED = "resenv_shared"
 """The package name under which the judges' stdlib-only modules this script shares are staged beside
-it: the build reader (``buildinfo``) and the failure classifier (``classifier``)."""
-SHARED_MODULES = ("buildinfo", "classifier")
+it: the build reader (``buildinfo``: the extensions it builds are the ones the classifier calls
+declared), the failure classifier (``classifier``: its categories are the ones the probes give) and
+the rule for the repo's own modules (``localroots``: the modules it never installs are the ones the
+census counts as the repo's)."""
+SHARED_MODULES = ("buildinfo", "classifier", "localroots")
 
 
-def _load_shared() -> tuple[Any, Any]:
-    """resenv's build reader and failure classifier, the judges' own code, so that the extensions the
-    baseline builds are the ones the classifier calls declared and the categories it reports are the
-    ones the probes would give. Imported as part of resenv when this file is (the engine, tests); run
-    as a script, they are loaded as one package from beside the script (where the adapter stages
-    them) or from resenv's own source tree (``probes/``)."""
-    if __package__:
-        from ...probes import buildinfo as build_reader, classifier as failure_classifier
-        return build_reader, failure_classifier
+def _load_shared() -> tuple[Any, Any, Any]:
+    """The shared modules. Imported as part of resenv when this file is (the engine, tests); run as
+    a script, they are loaded as one package from beside the script (where the adapter stages them)
+    or from resenv's own source tree (``probes/``)."""
     import importlib
     import importlib.util
+    if __package__:
+        return tuple(importlib.import_module(f"...probes.{name}", __package__) for name in SHARED_MODULES)
     here = Path(__file__).resolve().parent
     for candidate in (here / SHARED_STAGED, here.parent.parent / "probes"):
         if all((candidate / f"{name}.py").is_file() for name in SHARED_MODULES):
@@ -129,12 +131,11 @@ def _load_shared() -> tuple[Any, Any]:
             package = importlib.util.module_from_spec(spec)
             sys.modules[SHARED_STAGED] = package  # its modules import each other relatively
             spec.loader.exec_module(package)
-            return (importlib.import_module(f"{SHARED_STAGED}.buildinfo"),
-                    importlib.import_module(f"{SHARED_STAGED}.classifier"))
+            return tuple(importlib.import_module(f"{SHARED_STAGED}.{name}") for name in SHARED_MODULES)
     raise ImportError(f"{SHARED_STAGED}/ is not beside {Path(__file__).name}: stage both")
 
 
-buildinfo, classifier = _load_shared()
+buildinfo, classifier, localroots = _load_shared()
 
 # --------------------------------------------------------------------------------------------------
 # constants
@@ -690,13 +691,19 @@ def read_python_version(root: Path) -> str | None:
 # the import scan
 
 
-def python_files(root: Path) -> list[Path]:
+MODULE_SUFFIXES = (".py", ".pyi", ".so", ".pyd")
+
+
+def python_files(root: Path, suffixes: tuple[str, ...] = (".py",), names: Iterable[str] = ()) -> list[Path]:
+    """The repo's files ending in one of `suffixes` or named one of `names`, in walk order; VCS,
+    cache, build and virtual-environment directories are not entered."""
+    wanted = frozenset(names)
     out = []
     for directory, dirs, files in os.walk(root):
         here = Path(directory)
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith(".")
                          and not (here / d / "pyvenv.cfg").exists())
-        out += [here / f for f in sorted(files) if f.endswith(".py")]
+        out += [here / f for f in sorted(files) if f.endswith(suffixes) or f in wanted]
     return out
 
 
@@ -716,10 +723,11 @@ def _is_type_checking(test: ast.AST) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def imports_of(tree: ast.AST) -> list[tuple[str, bool, int]]:
-    """(dotted module, guarded, line) of every absolute import; TYPE_CHECKING blocks skipped.
-    `guarded`: inside a ``try`` whose handlers catch ImportError (or broader)."""
-    found: list[tuple[str, bool, int]] = []
+def imports_of(tree: ast.AST) -> list[tuple[str, bool, int, tuple[str, ...]]]:
+    """(dotted module, guarded, line, imported names) of every absolute import; TYPE_CHECKING blocks
+    skipped. `guarded`: inside a ``try`` whose handlers catch ImportError (or broader); the names are
+    those of ``from module import names`` (none for ``import module``)."""
+    found: list[tuple[str, bool, int, tuple[str, ...]]] = []
 
     def visit(node: ast.AST, guarded: bool) -> None:
         if isinstance(node, ast.If) and _is_type_checking(node.test):
@@ -735,9 +743,9 @@ def imports_of(tree: ast.AST) -> list[tuple[str, bool, int]]:
                     visit(child, guarded)
             return
         if isinstance(node, ast.Import):
-            found.extend((alias.name, guarded, node.lineno) for alias in node.names)
+            found.extend((alias.name, guarded, node.lineno, ()) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node.module, guarded, node.lineno))
+            found.append((node.module, guarded, node.lineno, tuple(alias.name for alias in node.names)))
         for child in ast.iter_child_nodes(node):
             visit(child, guarded)
 
@@ -745,55 +753,64 @@ def imports_of(tree: ast.AST) -> list[tuple[str, bool, int]]:
     return found
 
 
-def repo_modules(root: Path, files: list[Path], declared: Iterable[str] = ()) -> set[str]:
-    """Top-level names the repo provides itself: root and ``src/`` modules and packages, regular
-    packages whose parent is not a package, and declared extension / package names."""
-    names = set(declared)
-    for base in (root, root / "src"):
-        if not base.is_dir():
-            continue
-        for entry in base.iterdir():
-            if entry.is_file() and entry.suffix in (".py", ".pyi", ".so", ".pyd"):
-                names.add(entry.name.split(".", 1)[0])
-            elif entry.is_dir() and entry.name not in SKIP_DIRS and any(entry.glob("*.py")):
-                names.add(entry.name)
-    for path in files:
-        if path.name == "__init__.py" and not (path.parent.parent / "__init__.py").exists():
-            names.add(path.parent.name)
-    return names
+def repo_layout(root: Path) -> Any:
+    """The repo's :class:`localroots.Layout`: its module files and its packaging files' source roots."""
+    files = python_files(root, MODULE_SUFFIXES, localroots.PACKAGING_FILES)
+    paths = [path.relative_to(root).as_posix() for path in files]
+    packaging: dict[str, bytes] = {}
+    for path, rel in zip(files, paths):
+        if path.name in localroots.PACKAGING_FILES:
+            try:
+                packaging[rel] = path.read_bytes()
+            except OSError:
+                continue
+    return localroots.layout(paths, packaging)
 
 
 def scan_imports(root: Path, declared: Iterable[str] = ()) -> dict[str, Any]:
-    """The repo's absolute imports, third-party candidates only (stdlib and repo-own removed
-    later, since the stdlib is the env's): ``{"modules": {dotted: {"files", "guarded", "first"}},
-    "own": [...], "unparsable": [...]}``. `guarded` is True when every occurrence is guarded."""
+    """The repo's absolute imports, third-party candidates only (stdlib removed later, since the
+    stdlib is the env's): ``{"modules": {dotted: {"files", "guarded", "first"}}, "own": [...],
+    "unparsable": [...]}``. `guarded` is True when every occurrence is guarded.
+
+    A top-level name is the repo's own (in ``own``, none of its imports a candidate, so it is never
+    installed from an index) by the census's rule (:mod:`localroots`): a name the repo provides
+    everywhere or a declared extension, or one whose every occurrence resolves inside the repo from
+    the importing file's directory and ancestors, the source roots and its static ``sys.path``
+    targets. One occurrence that does not resolve makes the name third-party: it needs installing."""
+    repo = repo_layout(root)
     files = python_files(root)
-    own = repo_modules(root, files, declared)
-    modules: dict[str, dict[str, Any]] = {}
+    own = set(repo.names) | set(declared)
     unparsable = []
-    beside: dict[Path, set[str]] = {}
+    targets: dict[str, list[str]] = {}
+    # top-level name -> occurrences (file, dotted module, names) and (dotted, guarded, first) per import
+    occurrences: dict[str, list[tuple[str, str, tuple[str, ...]]]] = {}
+    seen: list[tuple[str, str, bool, int]] = []
     for path in files:
+        rel = path.relative_to(root).as_posix()
         try:
             with tokenize.open(path) as handle:
                 source = handle.read()
             tree = ast.parse(source, filename=str(path))
         except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
-            unparsable.append(str(path.relative_to(root)))
+            unparsable.append(rel)
             continue
-        if path.parent not in beside:
-            beside[path.parent] = {p.name.split(".", 1)[0] for p in path.parent.iterdir()
-                                   if (p.is_file() and p.suffix in (".py", ".so"))
-                                   or (p.is_dir() and any(p.glob("*.py")))}
-        siblings = beside[path.parent]
-        for dotted, guarded, line in imports_of(tree):
-            top = dotted.split(".", 1)[0]
-            if top in own or top in siblings:
-                continue
-            entry = modules.setdefault(dotted, {"files": 0, "guarded": True,
-                                                "first": f"{path.relative_to(root)}:{line}"})
+        if "sys.path" in source and (added := localroots.path_targets(tree, rel)):
+            targets[rel] = added
+        for dotted, guarded, line, names in imports_of(tree):
+            occurrences.setdefault(dotted.split(".", 1)[0], []).append((rel, dotted, names))
+            seen.append((rel, dotted, guarded, line))
+    local = {top for top, uses in occurrences.items() if top in own or localroots.is_local(repo, top, uses, targets)}
+    modules: dict[str, dict[str, Any]] = {}
+    counted: set[tuple[str, str]] = set()
+    for rel, dotted, guarded, line in seen:
+        if dotted.split(".", 1)[0] in local:
+            continue
+        entry = modules.setdefault(dotted, {"files": 0, "guarded": True, "first": f"{rel}:{line}"})
+        if (rel, dotted) not in counted:
+            counted.add((rel, dotted))
             entry["files"] += 1
-            entry["guarded"] = entry["guarded"] and guarded
-    return {"modules": modules, "own": sorted(own), "unparsable": unparsable}
+        entry["guarded"] = entry["guarded"] and guarded
+    return {"modules": modules, "own": sorted(own | local), "unparsable": unparsable}
 
 
 def third_party_candidates(scan: dict[str, Any], stdlib: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -14,7 +14,7 @@ import pytest
 
 from resenv.engine.agents import BaselineAgent, JobPaths, adapter_for
 from resenv.engine.agents import baseline_agent as ba
-from resenv.engine.agents.baseline import forwarded_env
+from resenv.engine.agents.baseline import forwarded_env, staged_files
 from resenv.engine.sandbox.base import OutputLine
 from resenv.engine.spec import SpecError, loads_benchmark
 
@@ -352,6 +352,55 @@ def test_scan_imports_skips_own_siblings_guarded_type_checking_and_relative(tmp_
     assert modules["numpy"]["first"] == "main.py:2"
 
 
+DEPTH_ANYTHING = {
+    "app.py": "import gradio\nfrom depth_anything_v2.dpt import DepthAnythingV2\n",
+    "depth_anything_v2/__init__.py": "",
+    "depth_anything_v2/dpt.py": "import torch\n",
+    "metric_depth/train.py": "from dataset.hypersim import Hypersim\nfrom util.loss import SiLogLoss\n",
+    "metric_depth/dataset/hypersim.py": "from dataset.transform import Resize\nimport h5py\n",
+    "metric_depth/dataset/transform.py": "import cv2\n",
+    "metric_depth/util/loss.py": "import torch\n",
+    "tools/run.py": "import os, sys\nsys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'vendor'))\n"
+                    "import vendored\n",
+    "vendor/vendored.py": "",
+}
+
+
+def test_scan_never_installs_the_repos_namespace_folders_or_sys_path_modules(tmp_path):
+    """Depth-Anything-V2's shape: ``dataset`` and ``util`` are folders beside metric_depth/train.py,
+    imported from there and from inside ``dataset``; PyPI's ``dataset`` must not be a candidate."""
+    scan = ba.scan_imports(write(tmp_path, DEPTH_ANYTHING))
+    assert set(ba.third_party_candidates(scan, ["os", "sys"])) == {"gradio", "torch", "h5py", "cv2"}
+    assert {"dataset", "util", "vendored", "depth_anything_v2"} <= set(scan["own"])
+
+
+def test_scan_installs_a_name_that_one_file_cannot_find_in_the_repo(tmp_path):
+    tree = {**DEPTH_ANYTHING, "scripts/export.py": "from dataset import Dataset\n"}  # no dataset beside it
+    scan = ba.scan_imports(write(tmp_path, tree))
+    third = ba.third_party_candidates(scan, ["os", "sys"])
+    assert {"dataset", "dataset.hypersim", "dataset.transform"} <= set(third) and "dataset" not in scan["own"]
+
+
+def test_the_staged_script_classifies_with_the_staged_rule(tmp_path):
+    """Run as the sandbox runs it: the script and the shared modules beside it, nothing of resenv importable."""
+    staged = tmp_path / "stage"
+    staged.mkdir()
+    agents = Path(ba.__file__).parent
+    for rel, content in staged_files().items():
+        (staged / Path(rel).relative_to(".resenv-agent")).parent.mkdir(parents=True, exist_ok=True)
+        (staged / Path(rel).relative_to(".resenv-agent")).write_bytes(content)
+    repo = write(tmp_path / "repo", DEPTH_ANYTHING)
+    code = ("import json, runpy, sys; m = runpy.run_path(sys.argv[1]); "
+            "print(json.dumps([sorted(m['scan_imports'](m['Path'](sys.argv[2]))['modules']), "
+            "m['localroots'].__file__]))")
+    out = subprocess.run([sys.executable, "-I", "-c", code, str(staged / "baseline_agent.py"), str(repo)],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert out.returncode == 0, out.stderr
+    modules, loaded_from = json.loads(out.stdout.splitlines()[-1])
+    assert Path(loaded_from) == staged / ba.SHARED_STAGED / "localroots.py"
+    assert modules == ["cv2", "gradio", "h5py", "os", "sys", "torch"]  # the stdlib goes later, by the env
+
+
 @pytest.mark.parametrize(("module", "dist"), [
     ("cv2", "opencv-python"), ("sklearn.linear_model", "scikit-learn"), ("yaml", "PyYAML"), ("PIL.Image", "Pillow"),
     ("skimage", "scikit-image"), ("bs4", "beautifulsoup4"), ("attr", "attrs"), ("Crypto.Cipher", "pycryptodome"),
@@ -471,6 +520,7 @@ def test_adapter_command_and_parse(tmp_path):
     shared = Path(staged).with_name("resenv_shared")
     assert b"def compiled_modules(" in command.files[str(shared / "buildinfo.py")]
     assert b"def classify(" in command.files[str(shared / "classifier.py")]
+    assert b"def is_local(" in command.files[str(shared / "localroots.py")]  # the census's rule
     for rel, content in command.files.items():
         (tmp_path / "staged" / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "staged" / rel).write_bytes(content)
