@@ -9,8 +9,8 @@ itself, with the host's own ``python3``: the prefixes of the reported interprete
 resolved target, a venv's base when it includes system packages) and the user site under the
 sandbox's HOME.
 
-What packaging tools put there is no hook: setuptools' distutils shim and namespace-package
-boilerplate matched to the letter, an editable-install finder whose module the install's own RECORD
+What packaging tools put there is no hook: setuptools' distutils shim, namespace-package
+boilerplate and coverage.py's subprocess start-up line matched to the letter, an editable-install finder whose module the install's own RECORD
 lists with that content, virtualenv's module, and ``import site; site.addsitedir(...)`` lines (their
 directories are scanned in turn). The distribution's own directories under ``/usr/lib`` are left
 out: they belong to the system's package manager; but a module that the system's ``sitecustomize``
@@ -50,6 +50,11 @@ NSPKG = re.compile(
 """setuptools' namespace-package boilerplate (*-nspkg.pth), every part of it but the names."""
 EDITABLE = re.compile(r"^import (__editable___[\w.-]+_finder); \1\.install\(.*\)$")
 """setuptools' editable-install finder: benign only when its module is the one the install recorded."""
+COVERAGE_STARTUP = ("import sys; exec('import os\\n\\nif os.getenv(\"COVERAGE_PROCESS_START\") or "
+                    "os.getenv(\"COVERAGE_PROCESS_CONFIG\"):\\n try:\\n  import coverage\\n except:\\n  pass\\n "
+                    "else:\\n  coverage.process_startup(slug=\"pth\")')")
+"""coverage.py's a1_coverage.pth (7.10 and later), to the letter: it does nothing unless one of two
+variables is set, and the probes' environment never sets them."""
 VIRTUALENV = "import _virtualenv"
 """virtualenv's and uv's own module (its content is not checked: a known gap)."""
 CUSTOMIZE = ("sitecustomize", "usercustomize")
@@ -161,7 +166,7 @@ def _site_additions(line):
 
 def _benign(line, directory):
     """An import line that packaging tools write, exactly as they write it."""
-    if line == DISTUTILS_SHIM or line == VIRTUALENV or NSPKG.match(line):
+    if line in (DISTUTILS_SHIM, VIRTUALENV, COVERAGE_STARTUP) or NSPKG.match(line):
         return True
     match = EDITABLE.match(line)
     return bool(match) and _recorded(directory, match.group(1) + ".py")

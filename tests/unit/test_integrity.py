@@ -127,6 +127,22 @@ def test_hooks_the_agent_planted_in_its_venv_are_found_packaging_boilerplate_is_
     assert {Path(f.path).name for f in owned} >= {"zz_exit.pth", "sitecustomize.py"}
 
 
+COVERAGE_PTH = ("import sys; exec('import os\\n\\nif os.getenv(\"COVERAGE_PROCESS_START\") or "
+                "os.getenv(\"COVERAGE_PROCESS_CONFIG\"):\\n try:\\n  import coverage\\n except:\\n  pass\\n "
+                "else:\\n  coverage.process_startup(slug=\"pth\")')\n")
+
+
+def test_coverage_start_up_line_is_packaging_and_a_lookalike_is_a_hook(tmp_path):
+    """coverage.py 7.10+ installs a1_coverage.pth (pulled in by any repo that tests with pytest-cov):
+    an honest env must not read as tampered, and one changed character makes it the agent's hook."""
+    site = make_venv(tmp_path / "env")
+    (site / "a1_coverage.pth").write_text(COVERAGE_PTH)
+    (site / "a2_lookalike.pth").write_text(COVERAGE_PTH.replace("pass", "os._exit(0)"))
+    scan = hookscan.scan(str(tmp_path / "env" / "bin" / "python"), str(tmp_path / "home"))
+    found = {Path(h["path"]).name for h in scan["hooks"] if h["path"].startswith(str(tmp_path))}
+    assert found == {"a2_lookalike.pth"}
+
+
 def test_a_hook_the_host_interpreter_came_with_is_not_the_agents(tmp_path):
     old = {"hooks": [{"path": "/usr/local/lib/python3.11/dist-packages/ca.pth", "kind": "pth", "ctime": 1000.0}]}
     assert judge_hooks(old, since=time.time(), owned=[str(tmp_path)]) == []
