@@ -930,6 +930,32 @@ def resolver_reason(output: str, evidence: str) -> str:
     return evidence
 
 
+def torch_companions(versions: dict[str, str]) -> dict[str, str]:
+    """Companion releases of torch that an installed env has at the wrong version: distribution ->
+    the release series it must have (``{"torchaudio": "2.3.*"}``). torchaudio and torchvision are
+    built against one torch release each, but newer ones no longer pin it in their metadata, so a
+    resolver happily pairs torch 2.3 with torchaudio 2.11 (pip check passes; the import dies on an
+    undefined symbol). The pairing is the projects' published one: torch 2.N with torchaudio 2.N and
+    torchvision 0.(N+15); torch 1.N (N >= 8) with torchaudio 0.N and torchvision 0.(N+1)."""
+    found = {canonical(name): version for name, version in versions.items()}
+    match = re.match(r"^(\d+)\.(\d+)", found.get("torch", ""))
+    if not match:
+        return {}
+    major, minor = int(match.group(1)), int(match.group(2))
+    if major == 2:
+        wanted = {"torchaudio": f"2.{minor}", "torchvision": f"0.{minor + 15}"}
+    elif major == 1 and minor >= 8:
+        wanted = {"torchaudio": f"0.{minor}", "torchvision": f"0.{minor + 1}"}
+    else:
+        return {}
+    out = {}
+    for dist, series in wanted.items():
+        have = found.get(dist)
+        if have and not re.match(rf"^{re.escape(series)}(\.|$|\+)", have):
+            out[dist] = f"{series}.*"
+    return out
+
+
 def missing_import_category(module: str) -> str:
     """The category the classifier gives an import that fails for want of its module."""
     return classifier.classify(f"ModuleNotFoundError: No module named '{module}'", returncode=1).category
@@ -1476,18 +1502,38 @@ class Agent:
         ran out of time (another try would too)."""
         return self.network_down or category in ("timeout", "budget")
 
-    def installed_constraints(self) -> list[str]:
+    def installed_constraints(self, *, free: Iterable[str] = ()) -> list[str]:
         """A constraints file pinning every distribution now in the env at its installed version (local,
-        VCS and editable installs left out: an index does not have them), so that a later install
-        can add packages but never downgrade, upgrade or replace one."""
+        VCS and editable installs, and the `free` ones, left out: an index does not have the former),
+        so that a later install can add packages but never downgrade, upgrade or replace one."""
         data = self.env_lookup([])
-        direct = {canonical(name) for name in data.get("direct", [])}
+        direct = {canonical(name) for name in data.get("direct", [])} | {canonical(name) for name in free}
         lines = sorted(f"{name}=={version}" for name, version in data.get("versions", {}).items()
                        if name and version and canonical(name) not in direct)
         path = self.env_dir / ".resenv-baseline" / "installed-constraints.txt"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(line + "\n" for line in lines))
         return [str(path)]
+
+    def match_torch_companions(self, meta: dict[str, Any], declared: Iterable[str]) -> None:
+        """Put torchaudio / torchvision at the release that matches the installed torch (see
+        `torch_companions`), everything else pinned as installed; a companion version the repo itself
+        declares is left as declared, and the mismatch reported."""
+        wrong = torch_companions(self.env_lookup([]).get("versions", {}))
+        pinned = {canonical(name) for requirement in declared if (name := requirement_name(requirement))
+                  and re.search(r"[=<>~!]", requirement)}
+        for dist, series in wrong.items():
+            if canonical(dist) in pinned:
+                self.fail("install:declared", "deps_missing",
+                          f"the repo declares a {dist} release that does not match its torch ({dist} {series} would)")
+                continue
+            self.events.message("install:companions", f"{dist} does not match the installed torch: "
+                                                      f"installing {dist}=={series}")
+            ok, category, evidence = self.install("install:companions", [f"{dist}=={series}"], meta=meta,
+                                                  constraints=self.installed_constraints(free=[dist]))
+            if not ok:
+                self.fail("install:companions", category or "runtime",
+                          f"{dist}=={series} (to match torch) could not be installed: {evidence}")
 
     def install_guesses(self, meta: dict[str, Any], guesses: dict[str, str]) -> None:
         """Distributions guessed for scanned imports that the declared install did not provide, in one
@@ -1661,6 +1707,7 @@ class Agent:
                     static.append(requirement)
         project = ("." + (f"[{','.join(extras)}]" if extras else "")) if meta["installable"] else None
         self.install_declared(meta, static, project)
+        self.match_torch_companions(meta, static)
         # the import scan: what the declared install does not provide
         checks = sorted({module_for_check(name) for name in imported})
         lookup = self.env_lookup(checks) if checks else {"found": {}, "map": {}}
@@ -1700,6 +1747,8 @@ class Agent:
         if unresolvable:
             events.message("scan", "no distribution known for: " + ", ".join(unresolvable))
         self.install_guesses(meta, guesses)
+        if guesses:
+            self.match_torch_companions(meta, static)
         # C extensions that still do not import: build them in place
         if meta["extensions"] and (self.repo / "setup.py").is_file():
             ext_found = self.env_lookup_in_repo(meta["extensions"])

@@ -118,3 +118,34 @@ def test_a_failed_import_in_verify_is_categorised_by_the_classifier(tmp_path):
     done, events, report_path = run_agent(repo2, "--budget-s", "600", env_extra=source, forward=False)
     failures = json.loads(report_path.read_text())["baseline"]["failures"]
     assert [f["category"] for f in failures if f["step"] == "verify"] == ["deps_missing"]
+
+
+def test_torchaudio_is_matched_to_the_resolved_torch(tmp_path):
+    """Newer torchaudio releases no longer pin torch in their metadata, so one resolution pairs
+    torch 2.3 with the newest torchaudio: pip check passes and the import dies on an undefined symbol."""
+    source = local_source(tmp_path)
+    wheels = Path(source["PIP_FIND_LINKS"])
+    make_wheel(wheels, "torch", "2.3.0")
+    make_wheel(wheels, "torch", "2.5.0")
+    make_wheel(wheels, "torchaudio", "2.3.0", requires=("torch==2.3.0",))
+    make_wheel(wheels, "torchaudio", "2.11.0")  # no torch requirement at all
+    repo = make_repo(tmp_path, {"requirements.txt": "torch<=2.3\ntorchaudio\n", "main.py": "import torch, torchaudio\n"})
+    done, events, report_path = run_agent(repo, "--budget-s", "600", env_extra=source, forward=False)
+    report = json.loads(report_path.read_text())
+    python = report["python_path"]
+    assert installed(python, "torch") == "2.3.0" and installed(python, "torchaudio") == "2.3.0"
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert any(e["type"] == "tool_call" and e["step"] == "install:companions" for e in events)
+
+
+def test_a_companion_release_the_repo_pins_is_left_and_reported(tmp_path):
+    source = local_source(tmp_path)
+    wheels = Path(source["PIP_FIND_LINKS"])
+    make_wheel(wheels, "torch", "2.3.0")
+    make_wheel(wheels, "torchaudio", "2.11.0")
+    repo = make_repo(tmp_path, {"requirements.txt": "torch==2.3.0\ntorchaudio==2.11.0\n", "main.py": "import torch\n"})
+    done, events, report_path = run_agent(repo, "--budget-s", "600", env_extra=source, forward=False)
+    report = json.loads(report_path.read_text())
+    assert installed(report["python_path"], "torchaudio") == "2.11.0", "a declared pin is never replaced"
+    assert done.returncode == 1
+    assert any("does not match its torch" in f["message"] for f in report["baseline"]["failures"])

@@ -576,3 +576,15 @@ def test_index_options_spelled_for_uv():
                           "--find-links", "/w"]) == [
         "--extra-index-url", "https://x/simple", "--prerelease", "allow", "--allow-insecure-host", "x",
         "--find-links", "/w"]
+
+
+@pytest.mark.parametrize(("versions", "wrong"), [
+    ({"torch": "2.3.0", "torchaudio": "2.11.0", "torchvision": "0.18.1"}, {"torchaudio": "2.3.*"}),
+    ({"torch": "2.14.1+cpu", "torchvision": "0.29.1", "torchaudio": "2.14.0+cpu"}, {}),
+    ({"torch": "1.13.1", "torchaudio": "0.13.1", "torchvision": "0.15.2"}, {"torchvision": "0.14.*"}),
+    ({"torch": "2.1.0", "TorchVision": "0.21.0"}, {"torchvision": "0.16.*"}),  # names as metadata spells them
+    ({"torchaudio": "2.1.0"}, {}),  # no torch: nothing to match
+    ({"torch": "1.4.0", "torchvision": "0.9.0"}, {}),  # before the published pairing rule
+])
+def test_torch_companions_follow_the_published_pairing(versions, wrong):
+    assert ba.torch_companions(versions) == wrong
