@@ -60,3 +60,35 @@ def test_mirror_copy_keeps_commits_and_points_at_bare_copies(suite_tool, tmp_pat
             else repo.source.git.endswith("rllm-team+rllm/repo")
         assert repo.source.commit == paper[repo.id].source.commit
         assert repo.tiers() == paper[repo.id].tiers()
+
+
+@pytest.fixture(scope="module")
+def table_tool():
+    spec = importlib.util.spec_from_file_location("paper_cpu_table", KIT / "table.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_baseline_summary_reads_new_fields_and_tolerates_their_absence(table_tool):
+    today = table_tool.baseline_summary({"baseline": {"final": True, "failures": [
+        {"step": "verify", "category": "runtime", "message": "boom"}]}})
+    assert today["failures"][0]["step"] == "verify"
+    assert today["pip_check"] is None and today["imports_missing"] is None and today["conflicts"] is None
+    full = table_tool.baseline_summary({"baseline": {
+        "pip_check": {"ok": False, "problems": ["a 1 has requirement b<2"]}, "imports_missing": ["zeta"],
+        "conflicts": [{"package": "numpy", "for_import": "numpy", "reason": "pinned <2 by x"}], "failures": []}})
+    assert full["pip_check"] == {"ok": False, "problems": ["a 1 has requirement b<2"]}
+    assert full["imports_missing"] == ["zeta"] and full["conflicts"][0]["package"] == "numpy"
+    for hostile in (None, [], {"baseline": "x"}, {"baseline": {"pip_check": "yes", "conflicts": {}}}):
+        summary = table_tool.baseline_summary(hostile)
+        assert summary["pip_check"] is None and summary["conflicts"] is None
+
+
+def test_last_meaningful_line_skips_blank_and_index_noise(table_tool, tmp_path):
+    log = tmp_path / "C1.stderr"
+    log.write_text("Traceback (most recent call last):\nModuleNotFoundError: No module named 'x'\n\n"
+                   "WARNING: Location 'file:///somewhere/simple/x/' is ignored: it is neither a file nor a directory.\n")
+    assert table_tool.last_meaningful_line(str(log)) == "ModuleNotFoundError: No module named 'x'"
+    assert table_tool.last_meaningful_line(str(tmp_path / "absent")).startswith("(unreadable")

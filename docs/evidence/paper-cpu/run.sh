@@ -76,8 +76,11 @@ cat "$RUN_DIR/report.md"
 echo "== table"
 "$PYTHON" "$HERE/table.py" --db "$DB" --report "$RUN_DIR/report.json" --out "$RUN_DIR" "${HARNESS[@]}" || echo "table failed: $?"
 echo "== logs.tgz: every job's raw logs and the agent's report.json (not the envs)"
-(cd "$RUN_DIR" && find data -path '*/jobs/*/attempt-*/logs' -o -path '*/jobs/*/attempt-*/work/report.json' \
-   | tar -czf logs.tgz -T - 2>/dev/null) && du -h "$RUN_DIR/logs.tgz"
+RUN_ID=$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["run"]["id"])' "$RUN_DIR/report.json" 2>/dev/null)
+if [[ -n $RUN_ID && -d $RUN_DIR/data/$RUN_ID ]]; then  # this run's only: the store keeps earlier runs too
+  (cd "$RUN_DIR" && shopt -s nullglob && tar -czf logs.tgz "data/$RUN_ID"/jobs/*/attempt-*/logs \
+     "data/$RUN_ID"/jobs/*/attempt-*/work/report.json) && du -h "$RUN_DIR/logs.tgz"
+fi
 echo "== sizes"
 du -sh "$DB" "$RUN_DIR/data" 2>/dev/null
 ls -la "$RUN_DIR"

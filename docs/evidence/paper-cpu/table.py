@@ -126,9 +126,9 @@ def harness_c0(harness: Path, workdir: str | None, report: dict[str, Any] | None
     command = ["bash", str(HERE / "harness_c0.sh"), "--harness", str(harness), "--repo", str(Path(workdir) / "repo"),
                "--python", python, "--bundle", bundle]
     found = subprocess.run(command, capture_output=True, text=True, timeout=900)
-    match = re.search(r"^harness C0 \S+: missing (\d+) \(ratio (\S+)", found.stdout, re.M)
+    match = re.search(r"^harness C0 \S+: missing (\d+) \(of (\S+) in", found.stdout, re.M)
     names = re.search(r"^missing: (.*)$", found.stdout, re.M)
-    return {"missing_count": int(match.group(1)) if match else None, "ratio": match.group(2) if match else None,
+    return {"missing_count": int(match.group(1)) if match else None, "scan_total": match.group(2) if match else None,
             "missing": [] if not names or names.group(1) == "none" else names.group(1).split(", "),
             "output_tail": (found.stdout + found.stderr)[-2000:] if not match else None}
 
@@ -184,6 +184,7 @@ def collect(db: Path, run_ref: str, harness: Path | None = None) -> dict[str, An
         row["baseline"] = baseline_summary(report)
         if harness is not None:
             row["harness_C0"] = harness_c0(harness, workdir, report, counted.get("slug"))
+            print(f"harness C0 {job['repo_id']}: {_harness_cell(row['harness_C0'])}", file=sys.stderr)
         repos.append(row)
     return {"run": run["id"], "state": run["state"], "scoring": scoring.to_json(), "db": str(db), "repos": repos}
 
@@ -213,7 +214,17 @@ def _harness_cell(found: dict[str, Any] | None) -> str:
     return f"{found['missing_count']} ({', '.join(found['missing'][:6]) or 'none'})"
 
 
-def markdown(data: dict[str, Any]) -> str:
+def _rel(path: str | None, base: Path | None) -> str | None:
+    """`path` relative to the run dir when it lies there (logs.tgz unpacks to the same place)."""
+    if path and base is not None:
+        try:
+            return str(Path(path).resolve().relative_to(base.resolve()))
+        except ValueError:
+            pass
+    return path
+
+
+def markdown(data: dict[str, Any], base: Path | None = None) -> str:
     harness = any("harness_C0" in r for r in data["repos"])
     head = (f"# paper-cpu: baseline on {len(data['repos'])} paper repos (C0, C1, C5)\n\n"
             f"run `{data['run']}` ({data['state']}), scoring {data['scoring'].get('label') or data['scoring']}\n\n"
@@ -247,12 +258,15 @@ def markdown(data: dict[str, Any]) -> str:
             lines.append(f"- C0 missing: {_names(c0['missing'], 20)}; third-party: {_names(c0['third_party_missing'], 20)}"
                          + (f"; stub-only (reportMissingModuleSource): {_names(c0['missing_source'], 20)}" if c0["missing_source"] else ""))
         if c1:
-            lines.append(f"- C1 {c1['status']}/{c1['category'] or '—'}: log `{c1['log']}`")
+            lines.append(f"- C1 {c1['status']}/{c1['category'] or '—'}: log `{_rel(c1['log'], base)}`")
             lines.append(f"  - last line: `{c1['last_line']}`" if c1["last_line"] else "  - last line: (empty log)")
         if c5:
             lines.append(f"- C5 {c5['status']}/{c5['category'] or '—'}"
                          + (f": {json.dumps(c5['hallucinations'])}" if c5["hallucinations"] else ""))
-        lines.append(f"- agent report: `{r['agent_report']}`" + ("" if b["present"] else " (no `baseline` object)"))
+        if r.get("harness_C0"):
+            lines.append(f"- harness C0 (harness_c0.sh): {_harness_cell(r['harness_C0'])}"
+                         + (f" of {r['harness_C0']['scan_total']} in its own import scan" if r["harness_C0"].get("scan_total") else ""))
+        lines.append(f"- agent report: `{_rel(r['agent_report'], base)}`" + ("" if b["present"] else " (no `baseline` object)"))
         if pip and pip["problems"]:
             lines += [f"  - pip check: {p}" for p in pip["problems"][:20]]
         for c in conflicts or []:
@@ -286,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         if rid and rid != data["run"]:
             print(f"table.py: {args.report} is of run {rid}, the store's is {data['run']}", file=sys.stderr)
             return 1
-    text = markdown(data)
+    text = markdown(data, args.out)
     print(text, end="")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
