@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# The paper-cpu evidence in one command: the baseline agent on 14 repos of the paper suite at their
+# The paper-cpu evidence in one command: the baseline agent on 17 repos of the paper suite at their
 # pinned commits, scored on the CPU tiers C0 (import closure), C1 (CPU entrypoint) and C5 (audit of
 # the agent's report), then `resenv report` (md, json) and the per-repo table (table.py).
 #
-#   bash docs/evidence/paper-cpu/run.sh [--mirror DIR] [--jobs N] [--repo ID ...] [--harness DIR]
+#   bash docs/evidence/paper-cpu/run.sh [--mirror DIR] [--jobs N] [--repo ID ...] [--harness DIR] [--drop-envs]
 #
 # --mirror DIR  clone from local bare copies DIR/<owner>+<name>/repo instead of the code host (CI has
 #               no network to it): a rewritten copy of benchmark.yaml goes to the output dir, the
 #               committed file is never edited.
 # --jobs N      jobs at once (default 1: a repo's pip installs already use the machine's cores).
-# --repo ID     only these repos (repeatable); default all 14.
+# --repo ID     only these repos (repeatable); default all 17.
 # --harness DIR the paper harness (No-518/ResearchEnvBench; a work tree or a bare git dir): the
 #               table adds its own C0 count on each job's env (harness_c0.sh says how it is run).
+# --drop-envs   remove each finished job's env (1-7 GB each) but those of DROP_ENVS_KEEP (default:
+#               VisionMamba MultiModalMamba Texo LettuceDetect, for the harness comparison).
 #
 # Everything goes to docs/evidence/paper-cpu/run/ (RUN_DIR overrides): the store resenv.db and the
 # data dir data/ (work dirs, envs, raw logs: large, gitignored), and what is kept in git:
@@ -24,14 +26,15 @@ ROOT=$(cd "$HERE/../../.." && pwd)
 RESENV=${RESENV:-$ROOT/.venv/bin/resenv}
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 RUN_DIR=${RUN_DIR:-$HERE/run}
-MIRROR="" JOBS=1 REPOS=() HARNESS=()
+MIRROR="" JOBS=1 REPOS=() HARNESS=() DROP_ENVS="" DROP_ENVS_KEEP=${DROP_ENVS_KEEP:-"VisionMamba MultiModalMamba Texo LettuceDetect"}
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --mirror) MIRROR=${2:?--mirror needs a directory}; shift 2 ;;
     --jobs) JOBS=${2:?--jobs needs a number}; shift 2 ;;
     --repo) REPOS+=("${2:?--repo needs an id}"); shift 2 ;;
     --harness) HARNESS=(--harness "${2:?--harness needs a directory}"); shift 2 ;;
-    -h|--help) sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --drop-envs) DROP_ENVS=1; shift ;;
+    -h|--help) sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -45,21 +48,24 @@ git -C "$ROOT" rev-parse HEAD 2>/dev/null | sed 's/^/resenv commit /'
 
 BENCH=$HERE/benchmark.yaml
 if [[ -n $MIRROR ]]; then
-  # The bare copies' pack files may be readable by their owner only (0400/0600 .promisor files),
-  # and resenv's pristine clone of a local path hardlinks them, so the job's own clone, which runs
-  # as another uid when the engine is root, cannot read them. Clone from a world-readable copy.
   BENCH=$RUN_DIR/benchmark.local.yaml
   args=(); for r in "${REPOS[@]}"; do args+=(--repo "$r"); done
   "$PYTHON" "$HERE/suite.py" mirror "$MIRROR" "$BENCH" "${args[@]}" || exit 1
-  COPY=$RUN_DIR/mirror
-  for src in $("$PYTHON" "$HERE/suite.py" sources "$BENCH"); do
-    name=$(basename "$(dirname "$src")")
-    if [[ ! -d $COPY/$name/repo ]]; then
-      mkdir -p "$COPY/$name" && cp -r "$src" "$COPY/$name/repo.tmp" && chmod -R a+rX "$COPY/$name/repo.tmp" \
-        && mv "$COPY/$name/repo.tmp" "$COPY/$name/repo" || { echo "run.sh: cannot copy $src" >&2; exit 1; }
-    fi
-  done
-  "$PYTHON" "$HERE/suite.py" mirror "$COPY" "$BENCH" "${args[@]}" || exit 1
+fi
+if [[ -n $DROP_ENVS ]]; then
+  # An env is 1-7 GB (CUDA torch); seventeen of them outgrow a small disk. Each finished job's env
+  # is removed, except those of the repos named in DROP_ENVS_KEEP (the harness comparison needs them).
+  (while sleep 20; do
+     for key in $("$PYTHON" -c 'import sqlite3, sys
+for (key,) in sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True).execute(
+        "SELECT repo_id || \x27--\x27 || agent FROM jobs WHERE state IN (\x27done\x27, \x27error\x27, \x27cancelled\x27)"):
+    print(key)' "$RUN_DIR/resenv.db" 2>/dev/null); do
+       [[ " $DROP_ENVS_KEEP " == *" ${key%%--*} "* ]] && continue
+       rm -rf "$RUN_DIR"/data/*/jobs/"$key"/attempt-*/work/env
+     done
+   done) &
+  REAPER=$!
+  trap 'kill $REAPER 2>/dev/null' EXIT
 fi
 repo_args=(); for r in "${REPOS[@]}"; do repo_args+=(--repo "$r"); done
 DB=$RUN_DIR/resenv.db
