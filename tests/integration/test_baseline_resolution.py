@@ -149,3 +149,43 @@ def test_a_companion_release_the_repo_pins_is_left_and_reported(tmp_path):
     assert installed(report["python_path"], "torchaudio") == "2.11.0", "a declared pin is never replaced"
     assert done.returncode == 1
     assert any("does not match its torch" in f["message"] for f in report["baseline"]["failures"])
+
+
+def make_unbuildable_sdist(directory: Path, name: str, version: str) -> Path:
+    """An sdist whose in-tree build backend fails as a CUDA extension's does without torch: at
+    "getting requirements to build wheel", before anything is built."""
+    import io
+    import tarfile
+
+    root = f"{name}-{version}"
+    files = {
+        f"{root}/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{root}/pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "failing_backend"\nbackend-path = ["."]\n',
+        f"{root}/failing_backend.py": "def get_requires_for_build_wheel(config_settings=None):\n"
+                                      "    raise ModuleNotFoundError(\"No module named 'torch'\")\n",
+    }
+    path = directory / f"{root}.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for member, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_an_unbuildable_requirement_is_dropped_and_the_rest_resolved_together(tmp_path):
+    source = local_source(tmp_path)
+    make_unbuildable_sdist(Path(source["PIP_FIND_LINKS"]), "cudaext", "1.0")
+    repo = make_repo(tmp_path, {"requirements.txt": "pina>=2\ncudaext\nfitsin\n",
+                                "main.py": "import pina, fitsin\ntry:\n    import cudaext\nexcept ImportError:\n    pass\n"})
+    done, events, report_path = run_agent(repo, "--budget-s", "600", env_extra=source, forward=False)
+    report = json.loads(report_path.read_text())
+    python = report["python_path"]
+    assert installed(python, "pina") == "2.0" and installed(python, "fitsin") == "1.0"
+    installs = [e["command"] for e in events if e["type"] == "tool_call" and e["step"].startswith("install")]
+    assert len(installs) == 2, "the rest went in again in one call, not one at a time"
+    assert "cudaext" in installs[0] and "cudaext" not in installs[1] and {"pina>=2", "fitsin"} <= set(installs[1])
+    assert [(f["step"], f["category"]) for f in report["baseline"]["failures"]] == [("install:declared", "native_extension")]
+    assert "cudaext could not be built here" in report["baseline"]["failures"][0]["message"]
+    assert done.returncode == 1
