@@ -37,8 +37,10 @@ Steps
    **Resolution.** The declared requirements, the chosen extras' requirements, ``-e`` local projects
    and the repo itself (``-e .``, when it is a package: ``setup.py``, or ``pyproject.toml`` with
    ``[build-system]``/``[project]``/``[tool.poetry]``) go into ONE installer call, so one resolution
-   satisfies every declared pin together; a requirement that cannot be built here (a CUDA extension
-   whose build needs torch, say) is dropped, reported, and the rest resolved again in one call. Then the import scan (AST, absolute imports; stdlib,
+   satisfies every declared pin together. A package whose build fails here (a CUDA extension whose
+   build needs torch, an audio library needing system headers) is asked for as a wheel only
+   (``--only-binary`` / ``--no-build-package``) and everything resolved again in one call; a declared
+   requirement with no release that has a wheel is dropped, reported, and the rest resolved again. Then the import scan (AST, absolute imports; stdlib,
    repo-own modules, ``TYPE_CHECKING`` blocks and imports guarded by ``try/except ImportError`` are
    skipped) finds third-party modules the env still cannot find and maps them to distributions (the
    table below, then the env's and the base's ``importlib.metadata.packages_distributions()``, then
@@ -960,13 +962,20 @@ def unbuildable_package(output: str) -> str | None:
     return None
 
 
+def no_matching_distribution(output: str) -> str | None:
+    """The distribution of pip's "No matching distribution found for X" (uv: "no versions of X")."""
+    match = re.search(r"No matching distribution found for (?P<name>[A-Za-z0-9][\w.-]*)"
+                      r"|no versions of (?P<uv>[A-Za-z0-9][\w.-]*)", output)
+    return (match.group("name") or match.group("uv")) if match else None
+
+
 def pinned_elsewhere(output: str, constraints: Iterable[str]) -> str | None:
     """For pip's "No matching distribution found for X" under constraints files: the ``X==version``
     line of those files that made X unavailable (the package exists; what is installed excludes it)."""
-    match = re.search(r"No matching distribution found for (?P<name>[A-Za-z0-9][\w.-]*)", output)
-    if not match:
+    name = no_matching_distribution(output)
+    if not name:
         return None
-    wanted = canonical(match.group("name"))
+    wanted = canonical(name)
     for path in constraints:
         try:
             lines = Path(path).read_text().splitlines()
@@ -1234,6 +1243,7 @@ class Agent:
         self.steps: list[dict[str, Any]] = []
         self.conflicts: list[dict[str, Any]] = []  # guessed packages that were not installed, and why
         self.last_output = ""  # the output of the last failed install, for what a fallback needs to know
+        self.binary_only: list[str] = []  # distributions whose build failed here: wheels only from then on
         self.guessed: dict[str, str] = {}  # scanned import -> the distribution guessed for it
         self.imports_missing: list[str] = []  # scanned imports the finished env still cannot find
         self.check: dict[str, Any] = {"ok": None, "problems": []}  # pip check of the finished env
@@ -1461,6 +1471,8 @@ class Agent:
             argv += options or []
         for constraint in constraints:
             argv += ["-c", constraint]
+        for name in self.binary_only:  # releases with a wheel only: their builds failed here
+            argv += ["--no-build-package", name] if self.installer == "uv" else [f"--only-binary={name}"]
         for editable in editables:
             argv += ["-e", editable]
         return argv + packages
@@ -1521,18 +1533,28 @@ class Agent:
                             requirements=len(requirements), local_projects=reqs.local_projects, project=project)
         requirements = list(requirements)
         ok, category, evidence = self.install("install:declared", requirements, editables=editables, meta=meta)
-        while not ok and not self.stopping(category) and (culprit := unbuildable_package(self.last_output)):
-            named = [r for r in requirements if (n := requirement_name(r)) and canonical(n) == canonical(culprit)]
-            if not named:
+        for _ in range(12):  # each turn takes one package out of the building: a bounded number of tries
+            if ok or self.stopping(category):
                 break
-            build_error = evidence
-            for requirement in named:
-                requirements.remove(requirement)
-                self.fail("install:declared", "native_extension", f"{requirement} could not be built here: {build_error}")
-            self.events.message("install:declared", f"{culprit} cannot be built here: resolving the rest again "
-                                                    "without it, in one resolution")
-            if not requirements and not editables:
-                return
+            culprit = unbuildable_package(self.last_output)
+            if culprit and canonical(culprit) not in {canonical(n) for n in self.binary_only}:
+                self.binary_only.append(culprit)
+                self.events.message("install:declared", f"{culprit} cannot be built here ({evidence}): resolving "
+                                                        "again in one call, with a release that has a wheel")
+            else:
+                absent = culprit or no_matching_distribution(self.last_output)
+                named = [r for r in requirements if absent and (n := requirement_name(r))
+                         and canonical(n) == canonical(absent)]
+                if not named:
+                    break
+                for requirement in named:
+                    requirements.remove(requirement)
+                    self.fail("install:declared", "native_extension",
+                              f"{requirement} could not be built here and has no release with a wheel: {evidence}")
+                self.events.message("install:declared", f"{absent} cannot be installed here: resolving the rest "
+                                                        "again without it, in one call")
+                if not requirements and not editables:
+                    return
             ok, category, evidence = self.install("install:declared", requirements, editables=editables, meta=meta)
         if ok:
             return

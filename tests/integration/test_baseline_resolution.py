@@ -184,8 +184,25 @@ def test_an_unbuildable_requirement_is_dropped_and_the_rest_resolved_together(tm
     python = report["python_path"]
     assert installed(python, "pina") == "2.0" and installed(python, "fitsin") == "1.0"
     installs = [e["command"] for e in events if e["type"] == "tool_call" and e["step"].startswith("install")]
-    assert len(installs) == 2, "the rest went in again in one call, not one at a time"
-    assert "cudaext" in installs[0] and "cudaext" not in installs[1] and {"pina>=2", "fitsin"} <= set(installs[1])
+    assert len(installs) == 3, "wheels only, then without it: each in one call, never one at a time"
+    assert "--only-binary=cudaext" in installs[1] and "cudaext" in installs[1]
+    assert "cudaext" not in installs[2] and {"pina>=2", "fitsin"} <= set(installs[2])
     assert [(f["step"], f["category"]) for f in report["baseline"]["failures"]] == [("install:declared", "native_extension")]
-    assert "cudaext could not be built here" in report["baseline"]["failures"][0]["message"]
+    assert "cudaext could not be built here and has no release with a wheel" in report["baseline"]["failures"][0]["message"]
     assert done.returncode == 1
+
+
+def test_a_dependency_that_cannot_be_built_is_taken_as_a_wheel(tmp_path):
+    """A transitive sdist whose build fails here (PyAV without FFmpeg's headers, say) while an older
+    release has a wheel: the resolution is done again asking for wheels only, not given up."""
+    source = local_source(tmp_path)
+    wheels = Path(source["PIP_FIND_LINKS"])
+    make_wheel(wheels, "cudaext", "1.0")
+    make_unbuildable_sdist(wheels, "cudaext", "2.0")
+    make_wheel(wheels, "usesext", "1.0", requires=("cudaext",))
+    repo = make_repo(tmp_path, {"requirements.txt": "usesext\n", "main.py": "import usesext, cudaext\n"})
+    done, events, report_path = run_agent(repo, "--budget-s", "600", env_extra=source, forward=False)
+    report = json.loads(report_path.read_text())
+    assert installed(report["python_path"], "cudaext") == "1.0" and installed(report["python_path"], "usesext") == "1.0"
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert any(e["type"] == "message" and "release that has a wheel" in e["text"] for e in events)
