@@ -34,10 +34,13 @@ Steps
    interpreter's site-packages (a ``.pth`` that calls ``site.addsitedir``), and installs use
    ``--no-index`` (local wheels from find-links only) with no build isolation.
 
-   **Resolution.** The declared requirements, the chosen extras, ``-e`` local projects and the repo
-   itself (``-e .[extras]``, when it is a package: ``setup.py``, or ``pyproject.toml`` with
+   **Resolution.** The declared requirements, the chosen extras' requirements, ``-e`` local projects
+   and the repo itself (``-e .``, when it is a package: ``setup.py``, or ``pyproject.toml`` with
    ``[build-system]``/``[project]``/``[tool.poetry]``) go into ONE installer call, so one resolution
-   satisfies every declared pin together. Then the import scan (AST, absolute imports; stdlib,
+   satisfies every declared pin together. A package whose build fails here (a CUDA extension whose
+   build needs torch, an audio library needing system headers) is asked for as a wheel only
+   (``--only-binary`` / ``--no-build-package``) and everything resolved again in one call; a declared
+   requirement with no release that has a wheel is dropped, reported, and the rest resolved again. Then the import scan (AST, absolute imports; stdlib,
    repo-own modules, ``TYPE_CHECKING`` blocks and imports guarded by ``try/except ImportError`` are
    skipped) finds third-party modules the env still cannot find and maps them to distributions (the
    table below, then the env's and the base's ``importlib.metadata.packages_distributions()``, then
@@ -930,6 +933,61 @@ def resolver_reason(output: str, evidence: str) -> str:
     return evidence
 
 
+_BUILD_FAILED = re.compile(
+    r"Failed building wheel for (?P<a>[A-Za-z0-9][\w.-]*)"
+    r"|Failed to build (?:installable wheels for some pyproject\.toml based projects \((?P<b>[^)]+)\)"
+    r"|`(?P<c>[^`]+)`|(?P<d>[A-Za-z0-9][\w.-]*))")
+_BUILD_STEP_FAILED = ("Getting requirements to build wheel did not run successfully",
+                      "Preparing metadata (pyproject.toml) did not run successfully",
+                      "python setup.py egg_info did not run successfully", "metadata-generation-failed")
+_COLLECTING = re.compile(r"^\s*(?:Collecting (?P<name>[A-Za-z0-9][\w.-]*)"
+                         r"|(?:Processing|Downloading) (?:\S*/)?(?P<file>[A-Za-z0-9][\w.]*?)-\d)", re.MULTILINE)
+
+
+def unbuildable_package(output: str) -> str | None:
+    """The distribution whose build failed during an install (pip's "Failed building wheel for X" /
+    "Failed to build X", uv's "Failed to build `X==1.0`", or, for a failed metadata step, the last
+    package pip was collecting, processing or downloading before it), so the rest can be resolved
+    again without it."""
+    for match in reversed(list(_BUILD_FAILED.finditer(output))):
+        name = next(group for group in match.groups() if group)
+        name = re.split(r"[\s=<>!~@\[;,]", name.strip(), maxsplit=1)[0]
+        if name:
+            return name
+    positions = [output.find(sign) for sign in _BUILD_STEP_FAILED if sign in output]
+    if positions:
+        before = list(_COLLECTING.finditer(output[:min(positions)]))
+        if before:
+            return before[-1].group("name") or before[-1].group("file")
+    return None
+
+
+def no_matching_distribution(output: str) -> str | None:
+    """The distribution of pip's "No matching distribution found for X" (uv: "no versions of X")."""
+    match = re.search(r"No matching distribution found for (?P<name>[A-Za-z0-9][\w.-]*)"
+                      r"|no versions of (?P<uv>[A-Za-z0-9][\w.-]*)", output)
+    return (match.group("name") or match.group("uv")) if match else None
+
+
+def pinned_elsewhere(output: str, constraints: Iterable[str]) -> str | None:
+    """For pip's "No matching distribution found for X" under constraints files: the ``X==version``
+    line of those files that made X unavailable (the package exists; what is installed excludes it)."""
+    name = no_matching_distribution(output)
+    if not name:
+        return None
+    wanted = canonical(name)
+    for path in constraints:
+        try:
+            lines = Path(path).read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            name = requirement_name(line)
+            if name and canonical(name) == wanted:
+                return line.strip()
+    return None
+
+
 def torch_companions(versions: dict[str, str]) -> dict[str, str]:
     """Companion releases of torch that an installed env has at the wrong version: distribution ->
     the release series it must have (``{"torchaudio": "2.3.*"}``). torchaudio and torchvision are
@@ -1184,6 +1242,8 @@ class Agent:
         self.failures: list[dict[str, Any]] = []
         self.steps: list[dict[str, Any]] = []
         self.conflicts: list[dict[str, Any]] = []  # guessed packages that were not installed, and why
+        self.last_output = ""  # the output of the last failed install, for what a fallback needs to know
+        self.binary_only: list[str] = []  # distributions whose build failed here: wheels only from then on
         self.guessed: dict[str, str] = {}  # scanned import -> the distribution guessed for it
         self.imports_missing: list[str] = []  # scanned imports the finished env still cannot find
         self.check: dict[str, Any] = {"ok": None, "problems": []}  # pip check of the finished env
@@ -1411,6 +1471,8 @@ class Agent:
             argv += options or []
         for constraint in constraints:
             argv += ["-c", constraint]
+        for name in self.binary_only:  # releases with a wheel only: their builds failed here
+            argv += ["--no-build-package", name] if self.installer == "uv" else [f"--only-binary={name}"]
         for editable in editables:
             argv += ["-e", editable]
         return argv + packages
@@ -1422,6 +1484,8 @@ class Agent:
         A failure is recorded as a step, not yet as the agent's failure: the caller decides whether a
         fallback recovers it."""
         editables = list(editables)
+        constraints = list(constraints)
+        self.last_output = ""
         shown = packages + [f"-e {e}" for e in editables]
         if not shown:
             return True, None, ""
@@ -1446,7 +1510,11 @@ class Agent:
             self.network_down = True
         evidence = resolver_reason(result.output, classifier.classify(
             result.output, returncode=result.exit_code, timed_out=result.timed_out).evidence)
+        if category == "download_failed" and not self.network_down and (pin := pinned_elsewhere(result.output, constraints)):
+            category = "deps_missing"
+            evidence = f"{evidence} (the env has {pin}, which this install may not change)"
         self.record(step, False, packages=shown, category=category, exit_code=result.exit_code, evidence=evidence)
+        self.last_output = result.output
         return False, category, evidence
 
     def install_declared(self, meta: dict[str, Any], requirements: list[str], project: str | None) -> None:
@@ -1463,7 +1531,31 @@ class Agent:
         self.events.message("install:declared", "installing the declared requirements"
                             + (" and the repo itself" if project else "") + " in one resolution",
                             requirements=len(requirements), local_projects=reqs.local_projects, project=project)
+        requirements = list(requirements)
         ok, category, evidence = self.install("install:declared", requirements, editables=editables, meta=meta)
+        for _ in range(12):  # each turn takes one package out of the building: a bounded number of tries
+            if ok or self.stopping(category):
+                break
+            culprit = unbuildable_package(self.last_output)
+            if culprit and canonical(culprit) not in {canonical(n) for n in self.binary_only}:
+                self.binary_only.append(culprit)
+                self.events.message("install:declared", f"{culprit} cannot be built here ({evidence}): resolving "
+                                                        "again in one call, with a release that has a wheel")
+            else:
+                absent = culprit or no_matching_distribution(self.last_output)
+                named = [r for r in requirements if absent and (n := requirement_name(r))
+                         and canonical(n) == canonical(absent)]
+                if not named:
+                    break
+                for requirement in named:
+                    requirements.remove(requirement)
+                    self.fail("install:declared", "native_extension",
+                              f"{requirement} could not be built here and has no release with a wheel: {evidence}")
+                self.events.message("install:declared", f"{absent} cannot be installed here: resolving the rest "
+                                                        "again without it, in one call")
+                if not requirements and not editables:
+                    return
+            ok, category, evidence = self.install("install:declared", requirements, editables=editables, meta=meta)
         if ok:
             return
         if self.stopping(category) or (len(requirements) + len(editables) == 1):
@@ -1705,7 +1797,9 @@ class Agent:
                     continue
                 if requirement not in static:
                     static.append(requirement)
-        project = ("." + (f"[{','.join(extras)}]" if extras else "")) if meta["installable"] else None
+        # The chosen extras' requirements are in `static` already, one by one: the project itself is
+        # installed plain, so that a requirement dropped (unbuildable, say) does not come back through it.
+        project = "." if meta["installable"] else None
         self.install_declared(meta, static, project)
         self.match_torch_companions(meta, static)
         # the import scan: what the declared install does not provide

@@ -149,3 +149,60 @@ def test_a_companion_release_the_repo_pins_is_left_and_reported(tmp_path):
     assert installed(report["python_path"], "torchaudio") == "2.11.0", "a declared pin is never replaced"
     assert done.returncode == 1
     assert any("does not match its torch" in f["message"] for f in report["baseline"]["failures"])
+
+
+def make_unbuildable_sdist(directory: Path, name: str, version: str) -> Path:
+    """An sdist whose in-tree build backend fails as a CUDA extension's does without torch: at
+    "getting requirements to build wheel", before anything is built."""
+    import io
+    import tarfile
+
+    root = f"{name}-{version}"
+    files = {
+        f"{root}/PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{root}/pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "failing_backend"\nbackend-path = ["."]\n',
+        f"{root}/failing_backend.py": "def get_requires_for_build_wheel(config_settings=None):\n"
+                                      "    raise ModuleNotFoundError(\"No module named 'torch'\")\n",
+    }
+    path = directory / f"{root}.tar.gz"
+    with tarfile.open(path, "w:gz") as archive:
+        for member, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_an_unbuildable_requirement_is_dropped_and_the_rest_resolved_together(tmp_path):
+    source = local_source(tmp_path)
+    make_unbuildable_sdist(Path(source["PIP_FIND_LINKS"]), "cudaext", "1.0")
+    repo = make_repo(tmp_path, {"requirements.txt": "pina>=2\ncudaext\nfitsin\n",
+                                "main.py": "import pina, fitsin\ntry:\n    import cudaext\nexcept ImportError:\n    pass\n"})
+    done, events, report_path = run_agent(repo, "--budget-s", "600", env_extra=source, forward=False)
+    report = json.loads(report_path.read_text())
+    python = report["python_path"]
+    assert installed(python, "pina") == "2.0" and installed(python, "fitsin") == "1.0"
+    installs = [e["command"] for e in events if e["type"] == "tool_call" and e["step"].startswith("install")]
+    assert len(installs) == 3, "wheels only, then without it: each in one call, never one at a time"
+    assert "--only-binary=cudaext" in installs[1] and "cudaext" in installs[1]
+    assert "cudaext" not in installs[2] and {"pina>=2", "fitsin"} <= set(installs[2])
+    assert [(f["step"], f["category"]) for f in report["baseline"]["failures"]] == [("install:declared", "native_extension")]
+    assert "cudaext could not be built here and has no release with a wheel" in report["baseline"]["failures"][0]["message"]
+    assert done.returncode == 1
+
+
+def test_a_dependency_that_cannot_be_built_is_taken_as_a_wheel(tmp_path):
+    """A transitive sdist whose build fails here (PyAV without FFmpeg's headers, say) while an older
+    release has a wheel: the resolution is done again asking for wheels only, not given up."""
+    source = local_source(tmp_path)
+    wheels = Path(source["PIP_FIND_LINKS"])
+    make_wheel(wheels, "cudaext", "1.0")
+    make_unbuildable_sdist(wheels, "cudaext", "2.0")
+    make_wheel(wheels, "usesext", "1.0", requires=("cudaext",))
+    repo = make_repo(tmp_path, {"requirements.txt": "usesext\n", "main.py": "import usesext, cudaext\n"})
+    done, events, report_path = run_agent(repo, "--budget-s", "600", env_extra=source, forward=False)
+    report = json.loads(report_path.read_text())
+    assert installed(report["python_path"], "cudaext") == "1.0" and installed(report["python_path"], "usesext") == "1.0"
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert any(e["type"] == "message" and "release that has a wheel" in e["text"] for e in events)

@@ -588,3 +588,34 @@ def test_index_options_spelled_for_uv():
 ])
 def test_torch_companions_follow_the_published_pairing(versions, wrong):
     assert ba.torch_companions(versions) == wrong
+
+
+@pytest.mark.parametrize(("output", "name"), [
+    ("Collecting flash-attn\n  Downloading flash_attn-2.7.4.tar.gz (6.0 MB)\n  Installing build dependencies: done\n"
+     "  Getting requirements to build wheel: finished with status 'error'\n  error: subprocess-exited-with-error\n\n"
+     "  × Getting requirements to build wheel did not run successfully.\n  ModuleNotFoundError: No module named 'torch'",
+     "flash-attn"),
+    ("Building wheel for cdemo (setup.py) ... error\n  ERROR: Failed building wheel for cdemo\nFailed to build cdemo", "cdemo"),
+    ("ERROR: Failed to build installable wheels for some pyproject.toml based projects (mamba-ssm)", "mamba-ssm"),
+    ("  × Failed to build `flash-attn==2.8.3`\n  ├─▶ The build backend returned an error", "flash-attn"),
+    ("ERROR: ResolutionImpossible: for help visit ...", None),
+    ("Collecting six\nERROR: No matching distribution found for nope", None),
+])
+def test_unbuildable_package_is_named_from_the_installers_output(output, name):
+    found = ba.unbuildable_package(output)
+    assert (found and ba.canonical(found)) == (name and ba.canonical(name))
+
+
+def test_a_package_excluded_by_what_is_installed_is_named_with_its_pin(tmp_path):
+    constraints = tmp_path / "installed.txt"
+    constraints.write_text("fsspec==2025.9.0\nnumpy==2.3.1\n")
+    out = "ERROR: Could not find a version that satisfies the requirement fsspec[http]<=2024.6.1,>=2023.1.0\n" \
+          "ERROR: No matching distribution found for fsspec[http]<=2024.6.1,>=2023.1.0"
+    assert ba.pinned_elsewhere(out, [str(constraints)]) == "fsspec==2025.9.0"
+    assert ba.pinned_elsewhere(out.replace("fsspec", "nothere"), [str(constraints)]) is None
+
+
+def test_unbuildable_local_sdist_is_named_by_its_file():
+    output = ("Looking in links: /w\nProcessing /w/cuda_ext-1.0.tar.gz\n  Getting requirements to build wheel: started\n"
+              "  × Getting requirements to build wheel did not run successfully.\n")
+    assert ba.canonical(ba.unbuildable_package(output)) == "cuda-ext"
