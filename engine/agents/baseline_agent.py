@@ -1543,8 +1543,9 @@ class Agent:
                                                         "again in one call, with a release that has a wheel")
             else:
                 absent = culprit or no_matching_distribution(self.last_output)
-                named = [r for r in requirements if absent and (n := requirement_name(r))
-                         and canonical(n) == canonical(absent)]
+                forced = {canonical(n) for n in self.binary_only}
+                named = [r for r in requirements if absent and canonical(absent) in forced
+                         and (n := requirement_name(r)) and canonical(n) == canonical(absent)]
                 if not named:
                     break
                 for requirement in named:
