@@ -111,14 +111,32 @@ def shorten(text: str, width: int) -> str:
 
 
 def readable(kind: str, data: dict[str, Any]) -> str | None:
-    """An output event as the line a person reads: a command's line as it is; an agent's event as the
-    dashboard's transcript shows it (`$ pip install numpy`, `› [verify] importing …`), its last line."""
+    """An output event as the line a person reads: a command's line as it is, unless it is one whole
+    JSON object (machine output: a probe's answer says nothing to a person); a command the engine
+    started as `$ argv` (the heartbeat of a quiet pyright then says what runs, not an older line); an
+    agent's event as the dashboard's transcript shows it (`$ pip install numpy`, `› [verify] …`),
+    its last line."""
     if kind == "output":
-        return data.get("text")
+        text = data.get("text")
+        return None if isinstance(text, str) and _json_object(text) else text
+    if kind == "command":
+        argv = data.get("argv")
+        return "$ " + " ".join(Path(str(argv[0])).name if i == 0 else str(a) for i, a in enumerate(argv)) \
+            if isinstance(argv, list) and argv else None
     shown = format_event(kind, data)
     if not shown:
         return None
     return shown[-1].strip().removeprefix("│").strip() or None
+
+
+def _json_object(text: str) -> bool:
+    stripped = text.strip()
+    if not (stripped.startswith("{") and stripped.endswith("}")):
+        return False
+    try:
+        return isinstance(json.loads(stripped), dict)
+    except ValueError:
+        return False
 
 
 @dataclass
@@ -278,7 +296,7 @@ class StoreTail:
         for row in self.conn.execute(  # after the lines: an attempt that just started is watched
             "SELECT e.attempt_id, e.kind, e.data FROM events e JOIN"
             " (SELECT attempt_id, MAX(id) AS id FROM events WHERE run_id = ? AND id > ? AND id <= ?"
-            "  AND kind IN ('output', 'transcript') GROUP BY attempt_id) latest ON latest.id = e.id",
+            "  AND kind IN ('output', 'transcript', 'command') GROUP BY attempt_id) latest ON latest.id = e.id",
             (self.run_id, self.last_event, upto)):
             if (watch := self.watching.get(row["attempt_id"])) is not None:
                 watch.last_output = readable(row["kind"], json.loads(row["data"])) or watch.last_output

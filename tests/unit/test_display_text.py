@@ -56,3 +56,11 @@ def test_the_last_output_line_reads_as_the_dashboard_shows_it() -> None:
     assert readable("transcript", call) == "$ pip install numpy"
     message = {"type": "message", "step": "verify", "text": "importing the repo's packages"}
     assert readable("transcript", message) == "› [verify] importing the repo's packages"
+
+
+def test_a_probes_json_answer_is_not_a_line_a_person_reads_its_command_is() -> None:
+    assert readable("output", {"log": "probe-importmap-14", "text": '{"entries": 49547, "truncated": false}'}) is None
+    assert readable("output", {"log": "C1-3", "text": "{not json} at all"}) == "{not json} at all"
+    started = {"phase": "probes", "argv": ["/opt/node/bin/node", "/x/pyright/index.js", "--outputjson"], "log": "C0-16"}
+    assert readable("command", started) == "$ node /x/pyright/index.js --outputjson"
+    assert readable("command", {"argv": []}) is None
