@@ -180,7 +180,7 @@ IMPORT_TO_DIST: dict[str, str | None] = {
     "soundfile": "soundfile", "tensorflow_datasets": "tensorflow-datasets",
     "tensorflow_hub": "tensorflow-hub", "tf_keras": "tf-keras", "wx": "wxPython",
     "gi": "PyGObject", "cairo": "pycairo", "lxml": "lxml", "distutils": "setuptools",
-    "Image": None,
+    "paddle": "paddlepaddle", "Image": None,
     # not on a package index under a usable name, or needs a platform/CUDA-specific build
     "apex": None, "detectron2": None, "win32api": None, "win32con": None, "winreg": None,
     "_winapi": None, "msvcrt": None, "cupy": None, "tensorrt_llm": None,
@@ -969,6 +969,17 @@ def no_matching_distribution(output: str) -> str | None:
     return (match.group("name") or match.group("uv")) if match else None
 
 
+def requested_by(output: str, name: str) -> str | None:
+    """The package that asked for `name`, from pip's "(from parent)" notes ("Could not find a version
+    that satisfies the requirement av==10.* (from faster-whisper)", "Collecting av (from x==1.0)")."""
+    wanted = canonical(name)
+    for match in re.finditer(r"(?:requirement|Collecting) (?P<name>[A-Za-z0-9][\w.-]*)[^\n(]*\(from (?P<parent>"
+                             r"[A-Za-z0-9][\w.-]*)", output):
+        if canonical(match.group("name")) == wanted and canonical(match.group("parent")) != wanted:
+            return match.group("parent")
+    return None
+
+
 def pinned_elsewhere(output: str, constraints: Iterable[str]) -> str | None:
     """For pip's "No matching distribution found for X" under constraints files: the ``X==version``
     line of those files that made X unavailable (the package exists; what is installed excludes it)."""
@@ -1544,10 +1555,18 @@ class Agent:
             else:
                 absent = culprit or no_matching_distribution(self.last_output)
                 forced = {canonical(n) for n in self.binary_only}
-                named = [r for r in requirements if absent and canonical(absent) in forced
-                         and (n := requirement_name(r)) and canonical(n) == canonical(absent)]
+                declared = {canonical(n): r for r in requirements if (n := requirement_name(r))}
+                chain = [absent] if absent and canonical(absent) in forced else []
+                while chain and canonical(chain[-1]) not in declared and len(chain) < 6:
+                    parent = requested_by(self.last_output, chain[-1])
+                    if not parent or parent in chain:
+                        break
+                    chain.append(parent)
+                named = [declared[canonical(chain[-1])]] if chain and canonical(chain[-1]) in declared else []
                 if not named:
                     break
+                if len(chain) > 1:  # the declared requirement that needs it goes, and says why
+                    absent = f"{chain[-1]} (it needs {' -> '.join(chain[-2::-1])})"
                 for requirement in named:
                     requirements.remove(requirement)
                     self.fail("install:declared", "native_extension",
@@ -1610,23 +1629,21 @@ class Agent:
 
     def match_torch_companions(self, meta: dict[str, Any], declared: Iterable[str]) -> None:
         """Put torchaudio / torchvision at the release that matches the installed torch (see
-        `torch_companions`), everything else pinned as installed; a companion version the repo itself
-        declares is left as declared, and the mismatch reported."""
+        `torch_companions`), everything else pinned as installed and the repo's own requirement for it
+        in the same call: a release the repo's requirement excludes is never installed, and the
+        mismatch is reported instead."""
         wrong = torch_companions(self.env_lookup([]).get("versions", {}))
-        pinned = {canonical(name) for requirement in declared if (name := requirement_name(requirement))
-                  and re.search(r"[=<>~!]", requirement)}
         for dist, series in wrong.items():
-            if canonical(dist) in pinned:
-                self.fail("install:declared", "deps_missing",
-                          f"the repo declares a {dist} release that does not match its torch ({dist} {series} would)")
-                continue
+            # the repo's own requirement for it goes in too: the installer refuses a series it excludes
+            own = [r for r in declared if (name := requirement_name(r)) and canonical(name) == canonical(dist)]
             self.events.message("install:companions", f"{dist} does not match the installed torch: "
                                                       f"installing {dist}=={series}")
-            ok, category, evidence = self.install("install:companions", [f"{dist}=={series}"], meta=meta,
+            ok, category, evidence = self.install("install:companions", [f"{dist}=={series}", *own], meta=meta,
                                                   constraints=self.installed_constraints(free=[dist]))
             if not ok:
                 self.fail("install:companions", category or "runtime",
-                          f"{dist}=={series} (to match torch) could not be installed: {evidence}")
+                          f"{dist}=={series} (to match torch) could not be installed"
+                          + (f" with the repo's own {', '.join(own)}" if own else "") + f": {evidence}")
 
     def install_guesses(self, meta: dict[str, Any], guesses: dict[str, str]) -> None:
         """Distributions guessed for scanned imports that the declared install did not provide, in one

@@ -402,7 +402,7 @@ def test_the_staged_script_classifies_with_the_staged_rule(tmp_path):
 
 
 @pytest.mark.parametrize(("module", "dist"), [
-    ("cv2", "opencv-python"), ("sklearn.linear_model", "scikit-learn"), ("yaml", "PyYAML"), ("PIL.Image", "Pillow"),
+    ("cv2", "opencv-python"), ("paddle", "paddlepaddle"), ("sklearn.linear_model", "scikit-learn"), ("yaml", "PyYAML"), ("PIL.Image", "Pillow"),
     ("skimage", "scikit-image"), ("bs4", "beautifulsoup4"), ("attr", "attrs"), ("Crypto.Cipher", "pycryptodome"),
     ("google.protobuf.message", "protobuf"), ("dateutil.relativedelta", "python-dateutil"), ("numpy", "numpy"),
     ("huggingface_hub", "huggingface_hub"), ("apex", None), ("detectron2.config", None),
@@ -619,3 +619,11 @@ def test_unbuildable_local_sdist_is_named_by_its_file():
     output = ("Looking in links: /w\nProcessing /w/cuda_ext-1.0.tar.gz\n  Getting requirements to build wheel: started\n"
               "  × Getting requirements to build wheel did not run successfully.\n")
     assert ba.canonical(ba.unbuildable_package(output)) == "cuda-ext"
+
+
+def test_the_package_that_asked_for_an_absent_one_is_named():
+    out = ("ERROR: Could not find a version that satisfies the requirement av==10.* (from faster-whisper) "
+           "(from versions: 12.0.0, 13.0.0)\nERROR: No matching distribution found for av==10.*")
+    assert ba.requested_by(out, "av") == "faster-whisper"
+    assert ba.requested_by("Collecting av (from faster_whisper==0.10.1)\n", "av") == "faster_whisper"
+    assert ba.requested_by(out, "numpy") is None
