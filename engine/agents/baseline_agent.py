@@ -40,7 +40,9 @@ Steps
    satisfies every declared pin together. A package whose build fails here (a CUDA extension whose
    build needs torch, an audio library needing system headers) is asked for as a wheel only
    (``--only-binary`` / ``--no-build-package``) and everything resolved again in one call; a declared
-   requirement with no release that has a wheel is dropped, reported, and the rest resolved again. Then the import scan (AST, absolute imports; stdlib,
+   requirement with no release that has a wheel is dropped, reported, and the rest resolved again;
+   so is, when the resolver finds the declared requirements in conflict, the one declared last among
+   those its reason names (the earlier ones keep their pins). Then the import scan (AST, absolute imports; stdlib,
    repo-own modules, ``TYPE_CHECKING`` blocks and imports guarded by ``try/except ImportError`` are
    skipped) finds third-party modules the env still cannot find and maps them to distributions (the
    table below, then the env's and the base's ``importlib.metadata.packages_distributions()``, then
@@ -969,6 +971,27 @@ def no_matching_distribution(output: str) -> str | None:
     return (match.group("name") or match.group("uv")) if match else None
 
 
+_CONFLICT_NAMES = re.compile(r"(?:^|;\s*|\n\s*)(?:The user requested (?:\(constraint\) )?)?"
+                             r"(?P<name>[A-Za-z0-9][\w.-]*)(?=[\s<>=!~\[;]|$)")
+
+
+def conflicting_requirements(output: str, requirements: list[str]) -> list[str]:
+    """The declared requirements a failed resolution names as the conflict, in declared order: from
+    pip's "The conflict is caused by:" lines ("a 1.0 depends on x==1; b 2.0 depends on x==2", "The user
+    requested a==1") or uv's "Because ..." sentence; empty when it is no resolution conflict."""
+    if "ResolutionImpossible" not in output and "conflicting dependencies" not in output \
+            and "No solution found" not in output:
+        return []
+    reason = resolver_reason(output, "")
+    if not reason:
+        return []
+    if reason.startswith("Because "):
+        mentioned = {canonical(m) for m in re.findall(r"(?:Because|and|depends on|you require) ([A-Za-z0-9][\w.-]*)", reason)}
+    else:
+        mentioned = {canonical(m.group("name")) for m in _CONFLICT_NAMES.finditer(reason)}
+    return [r for r in requirements if (n := requirement_name(r)) and canonical(n) in mentioned]
+
+
 def requested_by(output: str, name: str) -> str | None:
     """The package that asked for `name`, from pip's "(from parent)" notes ("Could not find a version
     that satisfies the requirement av==10.* (from faster-whisper)", "Collecting av (from x==1.0)")."""
@@ -1548,7 +1571,17 @@ class Agent:
             if ok or self.stopping(category):
                 break
             culprit = unbuildable_package(self.last_output)
-            if culprit and canonical(culprit) not in {canonical(n) for n in self.binary_only}:
+            clashing = [] if culprit else conflicting_requirements(self.last_output, requirements)
+            if clashing:
+                victim = clashing[-1]  # the one declared last goes; the earlier ones keep their pins
+                requirements.remove(victim)
+                self.fail("install:declared", "deps_missing", f"{victim} cannot be installed with the other declared "
+                                                              f"requirements: {evidence}")
+                self.events.message("install:declared", f"{victim} conflicts with the rest ({evidence}): resolving "
+                                                        "the rest again without it, in one call")
+                if not requirements and not editables:
+                    return
+            elif culprit and canonical(culprit) not in {canonical(n) for n in self.binary_only}:
                 self.binary_only.append(culprit)
                 self.events.message("install:declared", f"{culprit} cannot be built here ({evidence}): resolving "
                                                         "again in one call, with a release that has a wheel")

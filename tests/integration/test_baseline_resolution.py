@@ -85,8 +85,11 @@ def test_declared_requirements_that_cannot_fit_are_reported_not_forced(tmp_path)
     assert done.returncode == 1
     assert installed(report["python_path"], "pina") == "2.0"
     failures = report["baseline"]["failures"]
-    assert any(f["step"] == "install:requirements" and f["category"] == "deps_missing"
-               and "cannot be installed together" in f["message"] for f in failures)
+    assert any(f["step"] == "install:declared" and f["category"] == "deps_missing"
+               and "guessme cannot be installed with the other declared requirements" in f["message"]
+               and "pina" in f["message"] for f in failures)
+    installs = [e["step"] for e in events if e["type"] == "tool_call" and e["step"].startswith("install")]
+    assert installs == ["install:declared", "install:declared"], "the rest resolved together, not one at a time"
     assert report["baseline"]["imports_missing"] == ["guessme"]
     assert report["baseline"]["pip_check"]["ok"] is True
     assert "every step succeeded" not in report["notes"]

@@ -627,3 +627,19 @@ def test_the_package_that_asked_for_an_absent_one_is_named():
     assert ba.requested_by(out, "av") == "faster-whisper"
     assert ba.requested_by("Collecting av (from faster_whisper==0.10.1)\n", "av") == "faster_whisper"
     assert ba.requested_by(out, "numpy") is None
+
+
+def test_the_declared_requirements_a_conflict_names_are_found_in_declared_order():
+    reqs = ["torch==2.1.2", "zetascale==1.4.0", "swarms==4.1.1", "einops"]
+    pip = ("ERROR: Cannot install swarms==4.1.1 and zetascale==1.4.0 because these package versions have "
+           "conflicting dependencies.\n\nThe conflict is caused by:\n    zetascale 1.4.0 depends on rich==13.7.0\n"
+           "    swarms 4.1.1 depends on rich==13.5.2\n\nTo fix this you could try to:\n"
+           "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/\n")
+    assert ba.conflicting_requirements(pip, reqs) == ["zetascale==1.4.0", "swarms==4.1.1"]
+    user = ("The conflict is caused by:\n    The user requested torch==2.1.2\n    swarms 4.1.1 depends on torch==2.1.1\n"
+            "\nERROR: ResolutionImpossible: for help visit ...\n")
+    assert ba.conflicting_requirements(user, reqs) == ["torch==2.1.2", "swarms==4.1.1"]
+    uv = ("  × No solution found when resolving dependencies:\n  ╰─▶ Because zetascale==1.4.0 depends on rich==13.7.0 "
+          "and swarms==4.1.1 depends on rich==13.5.2, we can conclude that ...\n")
+    assert ba.conflicting_requirements(uv, reqs) == ["zetascale==1.4.0", "swarms==4.1.1"]
+    assert ba.conflicting_requirements("ERROR: No matching distribution found for nope", reqs) == []
