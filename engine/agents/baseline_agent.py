@@ -905,6 +905,16 @@ def network_failed(output: str) -> bool:
     return any(sign in output for sign in NETWORK_SIGNS)
 
 
+def index_unreachable(output: str) -> bool:
+    """Whether the installer itself could not reach the package index: a network failure that is not
+    inside one package's build (a Rust build backend fetching its crates, say, fails that package
+    only; the index is still there for everything else)."""
+    if not network_failed(output):
+        return False
+    return not any(sign in output for sign in (*_BUILD_STEP_FAILED, "Failed building wheel", "Failed to build",
+                                               "error: subprocess-exited-with-error"))
+
+
 def failure_category(output: str, *, exit_code: int | None, timed_out: bool = False, offline: bool = False) -> str:
     """The category of a failed command, by resenv's own classifier (the judges' vocabulary and rules).
     Offline, a package the local sources lack is not a download that failed: nothing was downloaded,
@@ -940,10 +950,13 @@ _BUILD_FAILED = re.compile(
     r"|Failed to build (?:installable wheels for some pyproject\.toml based projects \((?P<b>[^)]+)\)"
     r"|`(?P<c>[^`]+)`|(?P<d>[A-Za-z0-9][\w.-]*))")
 _BUILD_STEP_FAILED = ("Getting requirements to build wheel did not run successfully",
+                      "Getting requirements to build editable did not run successfully",
+                      "Encountered error while generating package metadata",
                       "Preparing metadata (pyproject.toml) did not run successfully",
                       "python setup.py egg_info did not run successfully", "metadata-generation-failed")
 _COLLECTING = re.compile(r"^\s*(?:Collecting (?P<name>[A-Za-z0-9][\w.-]*)"
-                         r"|(?:Processing|Downloading) (?:\S*/)?(?P<file>[A-Za-z0-9][\w.]*?)-\d)", re.MULTILINE)
+                         r"|(?:Processing|Downloading) (?:\S*/)?(?P<file>[A-Za-z0-9][\w.]*?)-\d"
+                         r"|(?P<local>Obtaining |Processing (?:\./|/)\S*?(?<!\.gz)(?<!\.whl)(?<!\.zip)$))", re.MULTILINE)
 
 
 def unbuildable_package(output: str) -> str | None:
@@ -959,7 +972,7 @@ def unbuildable_package(output: str) -> str | None:
     positions = [output.find(sign) for sign in _BUILD_STEP_FAILED if sign in output]
     if positions:
         before = list(_COLLECTING.finditer(output[:min(positions)]))
-        if before:
+        if before and not before[-1].group("local"):  # a local project's own build: nothing to exclude
             return before[-1].group("name") or before[-1].group("file")
     return None
 
@@ -1540,7 +1553,7 @@ class Agent:
             return False, "budget", "skipped: budget"
         category = failure_category(result.output, exit_code=result.exit_code, timed_out=result.timed_out,
                                     offline=bool(self.args.offline))
-        if network_failed(result.output) and not self.args.offline:
+        if index_unreachable(result.output) and not self.args.offline:
             self.network_down = True
         evidence = resolver_reason(result.output, classifier.classify(
             result.output, returncode=result.exit_code, timed_out=result.timed_out).evidence)
@@ -1586,7 +1599,7 @@ class Agent:
                 self.events.message("install:declared", f"{culprit} cannot be built here ({evidence}): resolving "
                                                         "again in one call, with a release that has a wheel")
             else:
-                absent = culprit or no_matching_distribution(self.last_output)
+                absent = no_matching_distribution(self.last_output)  # a wheel-only package with no wheel
                 forced = {canonical(n) for n in self.binary_only}
                 declared = {canonical(n): r for r in requirements if (n := requirement_name(r))}
                 chain = [absent] if absent and canonical(absent) in forced else []

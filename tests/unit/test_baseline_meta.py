@@ -643,3 +643,20 @@ def test_the_declared_requirements_a_conflict_names_are_found_in_declared_order(
           "and swarms==4.1.1 depends on rich==13.5.2, we can conclude that ...\n")
     assert ba.conflicting_requirements(uv, reqs) == ["zetascale==1.4.0", "swarms==4.1.1"]
     assert ba.conflicting_requirements("ERROR: No matching distribution found for nope", reqs) == []
+
+
+def test_a_network_failure_inside_one_packages_build_leaves_the_index_reachable():
+    index_down = "WARNING: Retrying ... NewConnectionError: Failed to establish a new connection\nERROR: Could not find"
+    assert ba.index_unreachable(index_down)
+    maturin = ("Obtaining file:///w/repo\n  Preparing editable metadata (pyproject.toml): finished with status 'error'\n"
+               "  error: subprocess-exited-with-error\n      httpx.ConnectError: [Errno -2] Name or service not known\n"
+               "error: metadata-generation-failed\n\n× Encountered error while generating package metadata.\n")
+    assert not ba.index_unreachable(maturin)
+    assert not ba.index_unreachable("ERROR: No matching distribution found for nope")
+
+
+def test_a_local_projects_own_failed_build_names_no_package():
+    output = ("Collecting torch>=2.7\n  Using cached torch-2.9.0.whl\nObtaining file:///w/repo\n"
+              "  Preparing editable metadata (pyproject.toml): finished with status 'error'\n"
+              "error: metadata-generation-failed\n\n× Encountered error while generating package metadata.\n")
+    assert ba.unbuildable_package(output) is None
