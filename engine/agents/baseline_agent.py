@@ -40,7 +40,9 @@ Steps
    satisfies every declared pin together. A package whose build fails here (a CUDA extension whose
    build needs torch, an audio library needing system headers) is asked for as a wheel only
    (``--only-binary`` / ``--no-build-package``) and everything resolved again in one call; a declared
-   requirement with no release that has a wheel is dropped, reported, and the rest resolved again. Then the import scan (AST, absolute imports; stdlib,
+   requirement with no release that has a wheel is dropped, reported, and the rest resolved again;
+   so is, when the resolver finds the declared requirements in conflict, the one declared last among
+   those its reason names (the earlier ones keep their pins). Then the import scan (AST, absolute imports; stdlib,
    repo-own modules, ``TYPE_CHECKING`` blocks and imports guarded by ``try/except ImportError`` are
    skipped) finds third-party modules the env still cannot find and maps them to distributions (the
    table below, then the env's and the base's ``importlib.metadata.packages_distributions()``, then
@@ -180,7 +182,7 @@ IMPORT_TO_DIST: dict[str, str | None] = {
     "soundfile": "soundfile", "tensorflow_datasets": "tensorflow-datasets",
     "tensorflow_hub": "tensorflow-hub", "tf_keras": "tf-keras", "wx": "wxPython",
     "gi": "PyGObject", "cairo": "pycairo", "lxml": "lxml", "distutils": "setuptools",
-    "Image": None,
+    "paddle": "paddlepaddle", "Image": None,
     # not on a package index under a usable name, or needs a platform/CUDA-specific build
     "apex": None, "detectron2": None, "win32api": None, "win32con": None, "winreg": None,
     "_winapi": None, "msvcrt": None, "cupy": None, "tensorrt_llm": None,
@@ -903,6 +905,16 @@ def network_failed(output: str) -> bool:
     return any(sign in output for sign in NETWORK_SIGNS)
 
 
+def index_unreachable(output: str) -> bool:
+    """Whether the installer itself could not reach the package index: a network failure that is not
+    inside one package's build (a Rust build backend fetching its crates, say, fails that package
+    only; the index is still there for everything else)."""
+    if not network_failed(output):
+        return False
+    return not any(sign in output for sign in (*_BUILD_STEP_FAILED, "Failed building wheel", "Failed to build",
+                                               "error: subprocess-exited-with-error"))
+
+
 def failure_category(output: str, *, exit_code: int | None, timed_out: bool = False, offline: bool = False) -> str:
     """The category of a failed command, by resenv's own classifier (the judges' vocabulary and rules).
     Offline, a package the local sources lack is not a download that failed: nothing was downloaded,
@@ -938,10 +950,13 @@ _BUILD_FAILED = re.compile(
     r"|Failed to build (?:installable wheels for some pyproject\.toml based projects \((?P<b>[^)]+)\)"
     r"|`(?P<c>[^`]+)`|(?P<d>[A-Za-z0-9][\w.-]*))")
 _BUILD_STEP_FAILED = ("Getting requirements to build wheel did not run successfully",
+                      "Getting requirements to build editable did not run successfully",
+                      "Encountered error while generating package metadata",
                       "Preparing metadata (pyproject.toml) did not run successfully",
                       "python setup.py egg_info did not run successfully", "metadata-generation-failed")
 _COLLECTING = re.compile(r"^\s*(?:Collecting (?P<name>[A-Za-z0-9][\w.-]*)"
-                         r"|(?:Processing|Downloading) (?:\S*/)?(?P<file>[A-Za-z0-9][\w.]*?)-\d)", re.MULTILINE)
+                         r"|(?:Processing|Downloading) (?:\S*/)?(?P<file>[A-Za-z0-9][\w.]*?)-\d"
+                         r"|(?P<local>Obtaining |Processing (?:\./|/)\S*?(?<!\.gz)(?<!\.whl)(?<!\.zip)$))", re.MULTILINE)
 
 
 def unbuildable_package(output: str) -> str | None:
@@ -957,7 +972,7 @@ def unbuildable_package(output: str) -> str | None:
     positions = [output.find(sign) for sign in _BUILD_STEP_FAILED if sign in output]
     if positions:
         before = list(_COLLECTING.finditer(output[:min(positions)]))
-        if before:
+        if before and not before[-1].group("local"):  # a local project's own build: nothing to exclude
             return before[-1].group("name") or before[-1].group("file")
     return None
 
@@ -967,6 +982,38 @@ def no_matching_distribution(output: str) -> str | None:
     match = re.search(r"No matching distribution found for (?P<name>[A-Za-z0-9][\w.-]*)"
                       r"|no versions of (?P<uv>[A-Za-z0-9][\w.-]*)", output)
     return (match.group("name") or match.group("uv")) if match else None
+
+
+_CONFLICT_NAMES = re.compile(r"(?:^|;\s*|\n\s*)(?:The user requested (?:\(constraint\) )?)?"
+                             r"(?P<name>[A-Za-z0-9][\w.-]*)(?=[\s<>=!~\[;]|$)")
+
+
+def conflicting_requirements(output: str, requirements: list[str]) -> list[str]:
+    """The declared requirements a failed resolution names as the conflict, in declared order: from
+    pip's "The conflict is caused by:" lines ("a 1.0 depends on x==1; b 2.0 depends on x==2", "The user
+    requested a==1") or uv's "Because ..." sentence; empty when it is no resolution conflict."""
+    if "ResolutionImpossible" not in output and "conflicting dependencies" not in output \
+            and "No solution found" not in output:
+        return []
+    reason = resolver_reason(output, "")
+    if not reason:
+        return []
+    if reason.startswith("Because "):
+        mentioned = {canonical(m) for m in re.findall(r"(?:Because|and|depends on|you require) ([A-Za-z0-9][\w.-]*)", reason)}
+    else:
+        mentioned = {canonical(m.group("name")) for m in _CONFLICT_NAMES.finditer(reason)}
+    return [r for r in requirements if (n := requirement_name(r)) and canonical(n) in mentioned]
+
+
+def requested_by(output: str, name: str) -> str | None:
+    """The package that asked for `name`, from pip's "(from parent)" notes ("Could not find a version
+    that satisfies the requirement av==10.* (from faster-whisper)", "Collecting av (from x==1.0)")."""
+    wanted = canonical(name)
+    for match in re.finditer(r"(?:requirement|Collecting) (?P<name>[A-Za-z0-9][\w.-]*)[^\n(]*\(from (?P<parent>"
+                             r"[A-Za-z0-9][\w.-]*)", output):
+        if canonical(match.group("name")) == wanted and canonical(match.group("parent")) != wanted:
+            return match.group("parent")
+    return None
 
 
 def pinned_elsewhere(output: str, constraints: Iterable[str]) -> str | None:
@@ -1506,7 +1553,7 @@ class Agent:
             return False, "budget", "skipped: budget"
         category = failure_category(result.output, exit_code=result.exit_code, timed_out=result.timed_out,
                                     offline=bool(self.args.offline))
-        if network_failed(result.output) and not self.args.offline:
+        if index_unreachable(result.output) and not self.args.offline:
             self.network_down = True
         evidence = resolver_reason(result.output, classifier.classify(
             result.output, returncode=result.exit_code, timed_out=result.timed_out).evidence)
@@ -1537,17 +1584,35 @@ class Agent:
             if ok or self.stopping(category):
                 break
             culprit = unbuildable_package(self.last_output)
-            if culprit and canonical(culprit) not in {canonical(n) for n in self.binary_only}:
+            clashing = [] if culprit else conflicting_requirements(self.last_output, requirements)
+            if clashing:
+                victim = clashing[-1]  # the one declared last goes; the earlier ones keep their pins
+                requirements.remove(victim)
+                self.fail("install:declared", "deps_missing", f"{victim} cannot be installed with the other declared "
+                                                              f"requirements: {evidence}")
+                self.events.message("install:declared", f"{victim} conflicts with the rest ({evidence}): resolving "
+                                                        "the rest again without it, in one call")
+                if not requirements and not editables:
+                    return
+            elif culprit and canonical(culprit) not in {canonical(n) for n in self.binary_only}:
                 self.binary_only.append(culprit)
                 self.events.message("install:declared", f"{culprit} cannot be built here ({evidence}): resolving "
                                                         "again in one call, with a release that has a wheel")
             else:
-                absent = culprit or no_matching_distribution(self.last_output)
+                absent = no_matching_distribution(self.last_output)  # a wheel-only package with no wheel
                 forced = {canonical(n) for n in self.binary_only}
-                named = [r for r in requirements if absent and canonical(absent) in forced
-                         and (n := requirement_name(r)) and canonical(n) == canonical(absent)]
+                declared = {canonical(n): r for r in requirements if (n := requirement_name(r))}
+                chain = [absent] if absent and canonical(absent) in forced else []
+                while chain and canonical(chain[-1]) not in declared and len(chain) < 6:
+                    parent = requested_by(self.last_output, chain[-1])
+                    if not parent or parent in chain:
+                        break
+                    chain.append(parent)
+                named = [declared[canonical(chain[-1])]] if chain and canonical(chain[-1]) in declared else []
                 if not named:
                     break
+                if len(chain) > 1:  # the declared requirement that needs it goes, and says why
+                    absent = f"{chain[-1]} (it needs {' -> '.join(chain[-2::-1])})"
                 for requirement in named:
                     requirements.remove(requirement)
                     self.fail("install:declared", "native_extension",
@@ -1610,23 +1675,21 @@ class Agent:
 
     def match_torch_companions(self, meta: dict[str, Any], declared: Iterable[str]) -> None:
         """Put torchaudio / torchvision at the release that matches the installed torch (see
-        `torch_companions`), everything else pinned as installed; a companion version the repo itself
-        declares is left as declared, and the mismatch reported."""
+        `torch_companions`), everything else pinned as installed and the repo's own requirement for it
+        in the same call: a release the repo's requirement excludes is never installed, and the
+        mismatch is reported instead."""
         wrong = torch_companions(self.env_lookup([]).get("versions", {}))
-        pinned = {canonical(name) for requirement in declared if (name := requirement_name(requirement))
-                  and re.search(r"[=<>~!]", requirement)}
         for dist, series in wrong.items():
-            if canonical(dist) in pinned:
-                self.fail("install:declared", "deps_missing",
-                          f"the repo declares a {dist} release that does not match its torch ({dist} {series} would)")
-                continue
+            # the repo's own requirement for it goes in too: the installer refuses a series it excludes
+            own = [r for r in declared if (name := requirement_name(r)) and canonical(name) == canonical(dist)]
             self.events.message("install:companions", f"{dist} does not match the installed torch: "
                                                       f"installing {dist}=={series}")
-            ok, category, evidence = self.install("install:companions", [f"{dist}=={series}"], meta=meta,
+            ok, category, evidence = self.install("install:companions", [f"{dist}=={series}", *own], meta=meta,
                                                   constraints=self.installed_constraints(free=[dist]))
             if not ok:
                 self.fail("install:companions", category or "runtime",
-                          f"{dist}=={series} (to match torch) could not be installed: {evidence}")
+                          f"{dist}=={series} (to match torch) could not be installed"
+                          + (f" with the repo's own {', '.join(own)}" if own else "") + f": {evidence}")
 
     def install_guesses(self, meta: dict[str, Any], guesses: dict[str, str]) -> None:
         """Distributions guessed for scanned imports that the declared install did not provide, in one

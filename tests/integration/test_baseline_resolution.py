@@ -85,8 +85,11 @@ def test_declared_requirements_that_cannot_fit_are_reported_not_forced(tmp_path)
     assert done.returncode == 1
     assert installed(report["python_path"], "pina") == "2.0"
     failures = report["baseline"]["failures"]
-    assert any(f["step"] == "install:requirements" and f["category"] == "deps_missing"
-               and "cannot be installed together" in f["message"] for f in failures)
+    assert any(f["step"] == "install:declared" and f["category"] == "deps_missing"
+               and "guessme cannot be installed with the other declared requirements" in f["message"]
+               and "pina" in f["message"] for f in failures)
+    installs = [e["step"] for e in events if e["type"] == "tool_call" and e["step"].startswith("install")]
+    assert installs == ["install:declared", "install:declared"], "the rest resolved together, not one at a time"
     assert report["baseline"]["imports_missing"] == ["guessme"]
     assert report["baseline"]["pip_check"]["ok"] is True
     assert "every step succeeded" not in report["notes"]
@@ -148,7 +151,40 @@ def test_a_companion_release_the_repo_pins_is_left_and_reported(tmp_path):
     report = json.loads(report_path.read_text())
     assert installed(report["python_path"], "torchaudio") == "2.11.0", "a declared pin is never replaced"
     assert done.returncode == 1
-    assert any("does not match its torch" in f["message"] for f in report["baseline"]["failures"])
+    assert any("torchaudio==2.3.* (to match torch) could not be installed with the repo's own torchaudio==2.11.0"
+               in f["message"] for f in report["baseline"]["failures"])
+
+
+def test_a_companion_range_the_repo_declares_still_gets_the_matching_release(tmp_path):
+    source = local_source(tmp_path)
+    wheels = Path(source["PIP_FIND_LINKS"])
+    make_wheel(wheels, "torch", "2.3.0")
+    make_wheel(wheels, "torchaudio", "2.3.0", requires=("torch==2.3.0",))
+    make_wheel(wheels, "torchaudio", "2.11.0")
+    repo = make_repo(tmp_path, {"requirements.txt": "torch<=2.3\ntorchaudio>=2.0.0\n", "main.py": "import torchaudio\n"})
+    done, events, report_path = run_agent(repo, "--budget-s", "600", env_extra=source, forward=False)
+    report = json.loads(report_path.read_text())
+    assert installed(report["python_path"], "torchaudio") == "2.3.0"
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_a_declared_requirement_needing_an_unbuildable_release_goes_and_the_rest_resolve(tmp_path):
+    """faster-whisper==0.10.1 needs av==10.*, which has no wheel for this Python and cannot be built
+    without FFmpeg's headers: the declared requirement that needs it is dropped, and the rest (the repo
+    itself among them) still resolve together."""
+    source = local_source(tmp_path)
+    wheels = Path(source["PIP_FIND_LINKS"])
+    make_unbuildable_sdist(wheels, "cudaext", "1.0")
+    make_wheel(wheels, "usesext", "1.0", requires=("cudaext==1.*",))
+    repo = make_repo(tmp_path, {"requirements.txt": "usesext==1.0\npina>=2\n", "main.py": "import pina\n"})
+    done, events, report_path = run_agent(repo, "--budget-s", "600", env_extra=source, forward=False)
+    report = json.loads(report_path.read_text())
+    assert installed(report["python_path"], "pina") == "2.0"
+    installs = [e for e in events if e["type"] == "tool_call" and e["step"].startswith("install")]
+    assert [e["step"] for e in installs] == ["install:declared"] * 3, "never one at a time"
+    [failure] = report["baseline"]["failures"]
+    assert failure["category"] == "native_extension" and "usesext==1.0" in failure["message"]
+    assert any("usesext (it needs cudaext)" in e.get("text", "") for e in events if e["type"] == "message")
 
 
 def make_unbuildable_sdist(directory: Path, name: str, version: str) -> Path:

@@ -402,7 +402,7 @@ def test_the_staged_script_classifies_with_the_staged_rule(tmp_path):
 
 
 @pytest.mark.parametrize(("module", "dist"), [
-    ("cv2", "opencv-python"), ("sklearn.linear_model", "scikit-learn"), ("yaml", "PyYAML"), ("PIL.Image", "Pillow"),
+    ("cv2", "opencv-python"), ("paddle", "paddlepaddle"), ("sklearn.linear_model", "scikit-learn"), ("yaml", "PyYAML"), ("PIL.Image", "Pillow"),
     ("skimage", "scikit-image"), ("bs4", "beautifulsoup4"), ("attr", "attrs"), ("Crypto.Cipher", "pycryptodome"),
     ("google.protobuf.message", "protobuf"), ("dateutil.relativedelta", "python-dateutil"), ("numpy", "numpy"),
     ("huggingface_hub", "huggingface_hub"), ("apex", None), ("detectron2.config", None),
@@ -619,3 +619,44 @@ def test_unbuildable_local_sdist_is_named_by_its_file():
     output = ("Looking in links: /w\nProcessing /w/cuda_ext-1.0.tar.gz\n  Getting requirements to build wheel: started\n"
               "  × Getting requirements to build wheel did not run successfully.\n")
     assert ba.canonical(ba.unbuildable_package(output)) == "cuda-ext"
+
+
+def test_the_package_that_asked_for_an_absent_one_is_named():
+    out = ("ERROR: Could not find a version that satisfies the requirement av==10.* (from faster-whisper) "
+           "(from versions: 12.0.0, 13.0.0)\nERROR: No matching distribution found for av==10.*")
+    assert ba.requested_by(out, "av") == "faster-whisper"
+    assert ba.requested_by("Collecting av (from faster_whisper==0.10.1)\n", "av") == "faster_whisper"
+    assert ba.requested_by(out, "numpy") is None
+
+
+def test_the_declared_requirements_a_conflict_names_are_found_in_declared_order():
+    reqs = ["torch==2.1.2", "zetascale==1.4.0", "swarms==4.1.1", "einops"]
+    pip = ("ERROR: Cannot install swarms==4.1.1 and zetascale==1.4.0 because these package versions have "
+           "conflicting dependencies.\n\nThe conflict is caused by:\n    zetascale 1.4.0 depends on rich==13.7.0\n"
+           "    swarms 4.1.1 depends on rich==13.5.2\n\nTo fix this you could try to:\n"
+           "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/\n")
+    assert ba.conflicting_requirements(pip, reqs) == ["zetascale==1.4.0", "swarms==4.1.1"]
+    user = ("The conflict is caused by:\n    The user requested torch==2.1.2\n    swarms 4.1.1 depends on torch==2.1.1\n"
+            "\nERROR: ResolutionImpossible: for help visit ...\n")
+    assert ba.conflicting_requirements(user, reqs) == ["torch==2.1.2", "swarms==4.1.1"]
+    uv = ("  × No solution found when resolving dependencies:\n  ╰─▶ Because zetascale==1.4.0 depends on rich==13.7.0 "
+          "and swarms==4.1.1 depends on rich==13.5.2, we can conclude that ...\n")
+    assert ba.conflicting_requirements(uv, reqs) == ["zetascale==1.4.0", "swarms==4.1.1"]
+    assert ba.conflicting_requirements("ERROR: No matching distribution found for nope", reqs) == []
+
+
+def test_a_network_failure_inside_one_packages_build_leaves_the_index_reachable():
+    index_down = "WARNING: Retrying ... NewConnectionError: Failed to establish a new connection\nERROR: Could not find"
+    assert ba.index_unreachable(index_down)
+    maturin = ("Obtaining file:///w/repo\n  Preparing editable metadata (pyproject.toml): finished with status 'error'\n"
+               "  error: subprocess-exited-with-error\n      httpx.ConnectError: [Errno -2] Name or service not known\n"
+               "error: metadata-generation-failed\n\n× Encountered error while generating package metadata.\n")
+    assert not ba.index_unreachable(maturin)
+    assert not ba.index_unreachable("ERROR: No matching distribution found for nope")
+
+
+def test_a_local_projects_own_failed_build_names_no_package():
+    output = ("Collecting torch>=2.7\n  Using cached torch-2.9.0.whl\nObtaining file:///w/repo\n"
+              "  Preparing editable metadata (pyproject.toml): finished with status 'error'\n"
+              "error: metadata-generation-failed\n\n× Encountered error while generating package metadata.\n")
+    assert ba.unbuildable_package(output) is None
