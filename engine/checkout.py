@@ -53,6 +53,7 @@ class Manifest:
 
     entries: tuple[TreeEntry, ...]
     missing_objects: tuple[str, ...]  # paths whose content the pristine copy does not hold
+    submodules: tuple[str, ...] = ()  # gitlink paths: the checkout fills them, the commit holds no file
 
     def to_json(self) -> list[list[str]]:
         return [[entry.mode, entry.blob, entry.path] for entry in self.entries]
@@ -70,7 +71,7 @@ async def tree_manifest(pristine: Pristine) -> Manifest:
     checks out such a commit without complaint, silently leaving the files out)."""
     env = {**git_env(pristine.path.parent), "GIT_DIR": str(pristine.path)}
     listing = await git("ls-tree", "-r", "-z", "--full-tree", pristine.commit, env=env)
-    entries = []
+    entries, submodules = [], []
     for record in listing.split("\0"):
         if not record:
             continue
@@ -78,8 +79,10 @@ async def tree_manifest(pristine: Pristine) -> Manifest:
         mode, kind, blob = meta.split()
         if kind == "blob":
             entries.append(TreeEntry(mode, blob, path))
+        elif kind == "commit":
+            submodules.append(path)
     missing = await _missing_objects(entries, env)
-    return Manifest(tuple(entries), missing)
+    return Manifest(tuple(entries), missing, tuple(submodules))
 
 
 async def _missing_objects(entries: list[TreeEntry], env: dict[str, str]) -> tuple[str, ...]:

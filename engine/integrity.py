@@ -69,7 +69,7 @@ async def _host_script(attempt: JobAttempt, script: str, args: list[str], timeou
 
 async def scan_tree(attempt: JobAttempt, manifest: Manifest, dirs: list[str], timeout: float) -> Any:
     """How the checkout differs from the pinned commit (``kit/treescan.py``)."""
-    payload = {"files": manifest.to_json(), "import_dirs": dirs}
+    payload = {"files": manifest.to_json(), "import_dirs": dirs, "submodules": list(manifest.submodules)}
     if shares_engine_view(attempt.sandbox):
         return await asyncio.to_thread(treescan.scan, str(attempt.paths.repo), payload)
     await attempt.sandbox.put(f"{PROBE_DIR}/treescan.py", script_source("treescan.py"))

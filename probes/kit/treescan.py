@@ -11,7 +11,8 @@ Run by the host's own ``python3`` (never the agent's interpreter), or imported b
 the checkout is on its own machine. Standard library only.
 
 Usage: python3 -I -B treescan.py REPO_DIR MANIFEST_JSON
-MANIFEST_JSON: {"files": [[mode, blob_sha1, path], ...], "import_dirs": ["", "scripts", ...]}
+MANIFEST_JSON: {"files": [[mode, blob_sha1, path], ...], "import_dirs": ["", "scripts", ...],
+               "submodules": [gitlink path, ...]}
 Prints one JSON object (its last line): {"changed": [...], "untracked": [...], "bytecode": [...],
 "now": <the host's clock>}.
 """
@@ -123,9 +124,10 @@ def _holds_python(path):
         return False
 
 
-def untracked(root, files, import_dirs):
-    """Entries in the import directories that the pinned commit does not have, with their kind."""
-    tracked = _tracked_paths(files)
+def untracked(root, files, import_dirs, submodules=()):
+    """Entries in the import directories that the pinned commit does not have, with their kind. A
+    submodule's path, the folders above it and what it holds are the checkout's own (git makes them)."""
+    tracked = _tracked_paths(files) | _tracked_paths([(None, None, path) for path in submodules])
     found = []
     for directory in sorted(set(import_dirs)):
         base = os.path.join(root, directory) if directory else root
@@ -135,7 +137,8 @@ def untracked(root, files, import_dirs):
             continue
         for entry in entries:
             rel = directory + "/" + entry.name if directory else entry.name
-            if rel in tracked or entry.name in (".git", "__pycache__"):
+            if rel in tracked or entry.name in (".git", "__pycache__") \
+                    or any(rel.startswith(path + "/") for path in submodules):
                 continue
             if entry.is_symlink():
                 kind = "symlink"
@@ -199,7 +202,8 @@ def scan(root, manifest):
     changed = compare(root, files)
     if changed[:1] == [{"path": ".", "change": "replaced", "now": "not a directory"}]:
         return {"changed": changed, "untracked": [], "bytecode": [], "now": time.time()}
-    return {"changed": changed, "untracked": untracked(root, files, manifest.get("import_dirs", [""])),
+    return {"changed": changed, "untracked": untracked(root, files, manifest.get("import_dirs", [""]),
+                                                       manifest.get("submodules", [])),
             "bytecode": bytecode(root, _tracked_paths(files)) if manifest.get("bytecode", True) else [],
             "now": time.time()}
 

@@ -52,7 +52,7 @@ def daemon(tmp_path):
         proc.wait(timeout=10)
 
 
-def superproject(tmp_path: Path, served: Path, port: int) -> tuple[Path, str]:
+def superproject(tmp_path: Path, served: Path, port: int, *, main: str = MAIN, at: str = "vendor/sub") -> tuple[Path, str]:
     sub = tmp_path / "sub"
     (sub / "subpkg").mkdir(parents=True)
     (sub / "subpkg" / "__init__.py").write_text("VALUE = 42\n")
@@ -62,9 +62,9 @@ def superproject(tmp_path: Path, served: Path, port: int) -> tuple[Path, str]:
     git("clone", "-q", "--bare", str(sub), str(served / "sub.git"), cwd=tmp_path)
     top = tmp_path / "top"
     top.mkdir()
-    (top / "main.py").write_text(MAIN)
+    (top / "main.py").write_text(main)
     git("init", "-q", cwd=top)
-    git("submodule", "add", "-q", f"git://127.0.0.1:{port}/sub.git", "vendor/sub", cwd=top)
+    git("submodule", "add", "-q", f"git://127.0.0.1:{port}/sub.git", at, cwd=top)
     git("add", ".", cwd=top)
     git("commit", "-qm", "top", cwd=top)
     return top, git("rev-parse", "HEAD", cwd=top)
@@ -114,3 +114,15 @@ def test_a_submodule_that_cannot_be_fetched_is_reported_and_the_job_still_runs(t
     assert status == "fail"  # main.py cannot import the missing submodule: the agent's problem to solve
     missing = [event for event in checkout if event.get("submodules") == "not initialised"]
     assert missing and missing[0]["returncode"] != 0 and "sub.git" in missing[0]["log_tail"], checkout
+
+
+def test_a_submodule_under_an_imported_folder_is_the_repos_not_a_shadow(tmp_path, cli_env, daemon):
+    """F5-TTS imports `third_party.BigVGAN`, a submodule under `src/third_party/`: the folder git makes
+    for it is the checkout's own, never quarantined as a shadow of the import."""
+    served, port = daemon
+    main = ("import sys\nsys.path.insert(0, 'src')\nfrom third_party.sub.subpkg import VALUE\n"
+            "assert VALUE == 42\nprint('submodule ok')\n")
+    top, commit = superproject(tmp_path, served, port, main=main, at="src/third_party/sub")
+    status, checkout = run_c1(tmp_path, cli_env, benchmark(tmp_path, top, commit))
+    shadows = rows(Path(cli_env["RESENV_DB"]), "SELECT path FROM findings WHERE kind = 'shadow'")
+    assert shadows == [] and status == "pass", (shadows, checkout)
