@@ -36,19 +36,26 @@ def owner_only_source(tmp_path: Path) -> tuple[Path, str]:
     return source, git("rev-parse", "HEAD")
 
 
-def test_a_source_with_owner_only_files_checks_out_and_stays_as_it_was(tmp_path, cli_env):
-    source, commit = owner_only_source(tmp_path)
-    before = {p: stat.S_IMODE(p.stat().st_mode) for p in (source / ".git" / "objects").rglob("*") if p.is_file()}
-    bench = tmp_path / "benchmark.yaml"
+def git_source_benchmark(root: Path, repo_id: str, source: Path, commit: str, agent_command: str) -> Path:
+    """A benchmark of one repo pinned in a local git source, one command agent, one local slot and no
+    infra retries (a checkout failure shows at once)."""
+    bench = root / "benchmark.yaml"
     bench.write_text(
         "version: 1\ndefaults: {suite: s, agent: a, host: h, retries: {infra: 0, backoff_s: 0.1}}\n"
         "hosts: {h: {kind: local, slots: 1, gpus: 0}}\n"
-        "agents: {a: {kind: command, command: \"printf '{{\\\"python_path\\\": \\\"%s\\\"}}' "
-        "$(command -v python3) > {report}\"}}\n"
+        f"agents: {{a: {{kind: command, command: {agent_command}}}}}\n"
         "suites:\n  s:\n    repos:\n"
-        f"      - id: owner-only\n        source: {{git: '{source}', commit: '{commit}'}}\n"
+        f"      - id: {repo_id}\n        source: {{git: '{source}', commit: '{commit}'}}\n"
         "        entrypoints: {cpu: {command: '{python} main.py'}}\n"
         "        not_applicable: {single_gpu: none, multi_gpu: none}\n")
+    return bench
+
+
+def test_a_source_with_owner_only_files_checks_out_and_stays_as_it_was(tmp_path, cli_env):
+    source, commit = owner_only_source(tmp_path)
+    before = {p: stat.S_IMODE(p.stat().st_mode) for p in (source / ".git" / "objects").rglob("*") if p.is_file()}
+    bench = git_source_benchmark(tmp_path, "owner-only", source, commit,
+                                 "\"printf '{{\\\"python_path\\\": \\\"%s\\\"}}' $(command -v python3) > {report}\"")
     done = resenv("run", str(bench), "--tiers", "C1", "--display", "none", env=cli_env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     db = Path(cli_env["RESENV_DB"])

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from ..conftest import resenv
+from .test_checkout_sources import git_source_benchmark
 from .test_engine_run import db_rows
 from .test_pyramid import results, write_suite
 
@@ -135,15 +136,7 @@ def test_a_checkout_missing_objects_is_an_infrastructure_error_naming_the_paths(
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "m")
     commit, blob = git("rev-parse", "HEAD"), git("rev-parse", "HEAD:lib/util.py")
     (source / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
-    bench = tmp_path / "benchmark.yaml"
-    bench.write_text(
-        "version: 1\ndefaults: {suite: s, agent: a, host: h, retries: {infra: 0, backoff_s: 0.1}}\n"
-        "hosts: {h: {kind: local, slots: 1, gpus: 0}}\n"
-        "agents: {a: {kind: command, command: 'true'}}\n"
-        "suites:\n  s:\n    repos:\n"
-        f"      - id: broken\n        source: {{git: '{source}', commit: '{commit}'}}\n"
-        "        entrypoints: {cpu: {command: '{python} main.py'}}\n"
-        "        not_applicable: {single_gpu: none, multi_gpu: none}\n")
+    bench = git_source_benchmark(tmp_path, "broken", source, commit, "'true'")
     done = resenv("run", str(bench), "--tiers", "C1", "--display", "none", env=cli_env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     db = Path(cli_env["RESENV_DB"])

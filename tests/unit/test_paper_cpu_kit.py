@@ -16,13 +16,18 @@ from ..conftest import REPO_ROOT
 KIT = REPO_ROOT / "docs" / "evidence" / "paper-cpu"
 
 
-@pytest.fixture(scope="module")
-def suite_tool():
-    spec = importlib.util.spec_from_file_location("paper_cpu_suite", KIT / "suite.py")
+def load_kit_script(name: str):
+    """One of the kit's scripts (not a package module) loaded by path."""
+    spec = importlib.util.spec_from_file_location(f"paper_cpu_{name}", KIT / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+@pytest.fixture(scope="module")
+def suite_tool():
+    return load_kit_script("suite")
 
 
 def test_kit_file_is_what_the_generator_makes(suite_tool):
@@ -64,11 +69,7 @@ def test_mirror_copy_keeps_commits_and_points_at_bare_copies(suite_tool, tmp_pat
 
 @pytest.fixture(scope="module")
 def table_tool():
-    spec = importlib.util.spec_from_file_location("paper_cpu_table", KIT / "table.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_kit_script("table")
 
 
 def test_baseline_summary_reads_new_fields_and_tolerates_their_absence(table_tool):
