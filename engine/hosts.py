@@ -127,28 +127,30 @@ class HostPool:
 
     def lease(self, needed: int, on: str | None = None) -> Lease | None:
         """A slot and GPUs for a job that wants `needed`; `on` pins it to the named host (where a kept
-        post-agent state lives), which then grants at most the GPUs it has."""
+        post-agent state lives, or where the dispatch policy placed it), which then grants at most
+        the GPUs it has."""
         want = self.grantable(needed)
         if on is not None:
             want = min([needed, *(len(host.gpu_ids) for host in self.hosts if host.name == on)])
-        candidates = [
-            host for host in self.hosts
-            if len(host.gpu_ids) >= want and host.busy_slots < host.slots and len(host.free_gpus) >= want
-            and host.available()  # issue 7: never a host that is down
-            and (on is None or host.name == on)
-        ]
-        if want == 0:
-            # CPU-only work prefers hosts without GPUs, then the least busy one.
-            candidates.sort(key=lambda host: (len(host.gpu_ids) > 0, host.busy_slots / host.slots))
-        else:
-            candidates.sort(key=lambda host: host.busy_slots / host.slots)
+        candidates = [host for host in self.hosts if self.fits(host, want) and (on is None or host.name == on)]
         if not candidates:
             return None
-        host = candidates[0]
+        host = min(candidates, key=lambda host: self.preference(bool(host.gpu_ids), host.busy_slots / host.slots, want))
         gpus = tuple(host.free_gpus[:want])
         host.busy_slots += 1
         host.leased_gpus.update(gpus)
         return Lease(host, gpus)
+
+    @staticmethod
+    def fits(host: Host, want: int) -> bool:
+        """Whether `host` can take a job wanting `want` GPUs now (never a host that is down)."""
+        return (len(host.gpu_ids) >= want and host.busy_slots < host.slots and len(host.free_gpus) >= want
+                and host.available())
+
+    @staticmethod
+    def preference(has_gpus: bool, busy_fraction: float, want: int) -> tuple[float, ...]:
+        """Lower is better: CPU-only work prefers hosts without GPUs, then the least busy host."""
+        return (float(has_gpus), busy_fraction) if want == 0 else (busy_fraction,)
 
     def release(self, lease: Lease) -> None:
         lease.host.busy_slots -= 1

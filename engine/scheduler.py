@@ -23,11 +23,13 @@ from typing import Any, Protocol
 from .agents import adapter_for
 from .checkout import PristineCache
 from .controls import ControlApplier
+from .durations import DurationEstimates, attempt_history, timeout_bound
 from .fleet import start_fleet, stop_fleet  # issue 7
 from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
 from .output import ROW_OVERHEAD, OutputBudget, limits_of
 from .outcomes import INFRA_CATEGORIES
+from .packing import HostRoom, QueuedWork, RunningWork, plan
 from .paths import absolute
 from .recovery import replay_attempt_logs
 from .runlock import EngineBusy, RunLock
@@ -84,6 +86,9 @@ class Running:
     task: asyncio.Task
     attempt: JobAttempt | None = None
     stop_reason: str | None = None
+    lease: Lease | None = None
+    started: float = 0.0  # time.monotonic() when it was launched
+    estimate_s: float = 0.0  # how long the dispatch policy expects it to hold its lease
 
 
 def engine_alive(run: dict[str, Any]) -> bool:
@@ -132,6 +137,7 @@ class Engine:
         self.controls = ControlApplier(self)
         self.requeue_after: dict[int, float] = {}
         self.tier_retries: deque[TierWork] = deque()
+        self.promised: dict[int, float] = {}  # job -> the first start time a reservation promised it
         self.lock: RunLock | None = None
         self.claimed = False  # this engine wrote itself into the run's row
         self.recorded = False  # the run's end state is in the store
@@ -146,6 +152,7 @@ class Engine:
             run = dict(reader.execute("SELECT * FROM runs WHERE id = ?", (self.run_id,)).fetchone())
             self.jobs = {row["id"]: dict(row) for row in reader.execute(
                 "SELECT * FROM jobs WHERE run_id = ? ORDER BY id", (self.run_id,))}
+            history = attempt_history(reader)
         finally:
             reader.close()
         self.run_dir = absolute(run["data_dir"])
@@ -162,6 +169,7 @@ class Engine:
         self.suite = self.bench.suite(run["suite"])
         self.pool = HostPool(build_hosts({name: self.bench.host(name) for name in options["hosts"]}))
         self.limit = self.jobs_limit or options.get("jobs") or self.bench.defaults.concurrency
+        self.durations = DurationEstimates(timeout_bound(self.bench.defaults.timeouts), history)
         agents = {name: adapter_for(name, self.bench.agent(name)) for name in options["agents"]}
         self.ctx = RunContext(
             writer=self.writer, run_id=self.run_id, run_dir=self.run_dir, bench=self.bench, suite=self.suite,
@@ -436,27 +444,40 @@ class Engine:
             self._release_backoffs()
 
     def _dispatch(self) -> None:
-        """Start queued jobs in order while slots allow.
-
-        GPU work is first come, first served: once a GPU job must wait, no later GPU job may take
-        GPUs in this round, so a stream of 1-GPU jobs cannot starve a 2-GPU job. CPU jobs still
-        fill free slots.
-        """
+        """Start queued jobs as `engine.packing` plans: widest and longest first, later jobs
+        backfilled onto free slots and GPUs only where they cannot delay the job waiting longest for
+        them (its docstring says why and what is guaranteed)."""
         self._dispatch_tier_retries()
-        waiting: deque[int] = deque()
-        gpu_job_waiting = False
-        while self.pending and len(self.running) < self.limit:
-            job_id = self.pending.popleft()
+        if not self.pending or len(self.running) >= self.limit:
+            return
+        now = time.monotonic()
+        queued = [QueuedWork(job_id, self.pool.grantable(self.jobs[job_id]["gpus_needed"]), self._estimate(job_id),
+                          position) for position, job_id in enumerate(self.pending)]
+        rooms = [HostRoom(host.name, host.slots, len(host.gpu_ids), host.slots - host.busy_slots,
+                          len(host.free_gpus), host.available()) for host in self.pool.hosts]
+        running = [RunningWork(item.lease.host.name, len(item.lease.gpus), item.started + item.estimate_s)
+                   for item in self.running.values() if item.lease is not None]
+        decided = plan(queued, rooms, running, now=now, job_limit=self.limit, promised=self.promised,
+                       place=self._place)
+        started: set[int] = set()
+        for job_id, host in decided.starts:
             job = self.jobs[job_id]
-            wants_gpus = self.pool.grantable(job["gpus_needed"]) > 0
-            lease = None if (wants_gpus and gpu_job_waiting) else self.pool.lease(job["gpus_needed"])
-            if lease is None:
-                waiting.append(job_id)
-                gpu_job_waiting = gpu_job_waiting or wants_gpus
-                continue
-            self._start(job, lease)
-        waiting.extend(self.pending)
-        self.pending = waiting
+            lease = self.pool.lease(job["gpus_needed"], on=host)
+            if lease is not None:
+                self._start(job, lease)
+                started.add(job_id)
+                self.promised.pop(job_id, None)
+        self.pending = deque(job_id for job_id in self.pending if job_id not in started)
+
+    @staticmethod
+    def _place(work: QueuedWork, allowed: list[HostRoom]) -> HostRoom:
+        """The pool's own host preference, on the policy's view of the hosts."""
+        return min(allowed, key=lambda room: HostPool.preference(
+            room.gpus > 0, (room.slots - room.free_slots) / room.slots, work.gpus))
+
+    def _estimate(self, job_id: int) -> float:
+        job = self.jobs[job_id]
+        return self.durations.estimate(job["repo_id"], job["agent"])
 
     def queue_tier_retry(self, job_id: int, tier: str) -> None:
         self.tier_retries.append(TierWork(job_id, (tier,), scope=tier, log_prefix="retry",
@@ -475,7 +496,7 @@ class Engine:
                 waiting.append(work)
                 continue
             self._launch(job, lambda running: self._run_tier(job, work, running, lease),
-                         f"tier-{job['key']}-{'-'.join(work.tiers)}")
+                         f"tier-{job['key']}-{'-'.join(work.tiers)}", lease)
         waiting.extend(self.tier_retries)
         self.tier_retries = waiting
 
@@ -568,11 +589,13 @@ class Engine:
     def _start(self, job: dict[str, Any], lease: Lease) -> None:
         job["attempts"] += 1
         job["state"] = "running"
-        self._launch(job, lambda running: self._run_job(job, running, lease), f"job-{job['key']}")
+        self._launch(job, lambda running: self._run_job(job, running, lease), f"job-{job['key']}", lease)
 
-    def _launch(self, job: dict[str, Any], work: Callable[[Running], Coroutine[Any, Any, None]], name: str) -> None:
+    def _launch(self, job: dict[str, Any], work: Callable[[Running], Coroutine[Any, Any, None]], name: str,
+                lease: Lease) -> None:
         """Run `work` as the job's task; the task gets its own `Running` so a stop reason can reach it."""
-        running = Running(task=None)  # type: ignore[arg-type]  # set just below, before anything awaits
+        running = Running(task=None, lease=lease, started=time.monotonic(),  # type: ignore[arg-type]
+                          estimate_s=self._estimate(job["id"]))  # task set just below, before anything awaits
         running.task = asyncio.create_task(work(running), name=name)
         self.running[job["id"]] = running
 
@@ -628,6 +651,8 @@ class Engine:
             reason = "superseded by a retry"
         elif stop == "cancel":
             reason = "cancelled by operator"
+        if stop is None and attempt_state in {"done", "error"} and category not in INFRA_CATEGORIES:
+            self.durations.record(job["repo_id"], job["agent"], time.monotonic() - running.started)
         if attempt_id is not None:
             self.writer.update("attempts", attempt_id, {
                 "state": attempt_state, "category": category, "reason": reason, "finished_at": now, "phase": None,
