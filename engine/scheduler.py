@@ -43,6 +43,7 @@ from .tiers import ALL_TIERS, ENTRYPOINT_OF, GPUS_FOR
 
 HEARTBEAT_S = 2.0
 CONTROL_POLL_S = 0.25
+REPLAN_IDLE_S = 1.0
 STALE_AFTER_S = 15.0
 FINISHED_JOB_STATES = {"done", "error", "cancelled"}
 
@@ -138,6 +139,7 @@ class Engine:
         self.requeue_after: dict[int, float] = {}
         self.tier_retries: deque[TierWork] = deque()
         self.promised: dict[int, float] = {}  # job -> the first start time a reservation promised it
+        self._idle_plan_state: tuple[Any, ...] | None = None  # the state of the last round that started nothing
         self.lock: RunLock | None = None
         self.claimed = False  # this engine wrote itself into the run's row
         self.recorded = False  # the run's end state is in the store
@@ -450,7 +452,13 @@ class Engine:
         self._dispatch_tier_retries()
         if not self.pending or len(self.running) >= self.limit:
             return
+        # A round that started nothing is redone at once when anything changed (a job ended or was queued,
+        # a host came up); with nothing changed, only time moves estimates along: once a second will do.
         now = time.monotonic()
+        state = (tuple(self.pending), tuple(self.running), self.limit, int(now / REPLAN_IDLE_S),
+                 tuple((host.busy_slots, len(host.free_gpus), host.available()) for host in self.pool.hosts))
+        if state == self._idle_plan_state:
+            return
         queued = [QueuedWork(job_id, self.pool.grantable(self.jobs[job_id]["gpus_needed"]), self._estimate(job_id),
                           position) for position, job_id in enumerate(self.pending)]
         rooms = [HostRoom(host.name, host.slots, len(host.gpu_ids), host.slots - host.busy_slots,
@@ -468,6 +476,7 @@ class Engine:
                 started.add(job_id)
                 self.promised.pop(job_id, None)
         self.pending = deque(job_id for job_id in self.pending if job_id not in started)
+        self._idle_plan_state = None if started else state
 
     @staticmethod
     def _place(work: QueuedWork, allowed: list[HostRoom]) -> HostRoom:
