@@ -24,6 +24,10 @@ repeats):
     checkout         = per job: the bare loop's clone + checkout; resenv's `checkout` phase
                        (which adds its tree verification) from the `phases` table
 
+The children cache bytecode as an installed resenv does (PYTHONDONTWRITEBYTECODE is dropped from
+their environment). --unsafe-process gives the host `sandbox: unsafe-process`: by difference, what
+the bubblewrap namespaces cost.
+
 --profile re-runs resenv once per --jobs value under cProfile (in the child, after the timed
 repeats: profiling slows it) and writes the top functions to results/perf_harness_overhead.j<N>.prof.txt.
 
@@ -106,7 +110,7 @@ def bare(spec_path: Path) -> None:
                 commits[repo] = git("rev-parse", "HEAD", extra=tree)
         return bare_repo, commits[repo]
 
-    def job(index: int, repo: str, agent: str) -> float:
+    def job(repo: str, agent: str) -> float:
         source, commit = pristine(repo)
         target = work / "jobs" / f"{repo}--{agent}" / "repo"
         started = time.perf_counter()
@@ -117,7 +121,7 @@ def bare(spec_path: Path) -> None:
         return checkout_s
 
     with ThreadPoolExecutor(max_workers=spec["jobs"]) as pool:
-        futures = [pool.submit(job, i, repo, agent) for i, (repo, agent) in enumerate(spec["order"])]
+        futures = [pool.submit(job, repo, agent) for repo, agent in spec["order"]]
         checkouts = [future.result() for future in futures]
     print(json.dumps({"checkout_s": checkouts}))
 
@@ -130,18 +134,28 @@ def agent_names(count: int) -> list[str]:
     return ["a"] + [f"noop{index}" for index in range(1, count)]
 
 
-def make_benchmark(root: Path, repos: int, agents: int) -> tuple[Path, dict[str, str]]:
-    """The benchmark, and each repo id's bundled tree (the bare loop commits the same trees)."""
+def make_benchmark(root: Path, repos: int, agents: int, unsafe: bool) -> tuple[Path, dict[str, str]]:
+    """The benchmark, and each repo id's bundled tree (the bare loop commits the same trees);
+    `unsafe`: the local host's sandbox is `unsafe-process` (no bubblewrap namespace per command)."""
     from tests.conftest import write_benchmark
 
     trees = {f"r{index:03d}": {"main.py": MAIN, "README": f"tiny repo {index}\n"} for index in range(repos)}
     block = "".join(f"{name}:\n  kind: command\n  command: [\"true\"]\n" for name in agent_names(agents))
     path = write_benchmark(root, trees, block)
+    if unsafe:
+        text = path.read_text()
+        host = "local: {kind: local, slots: 4, gpus: 0}"
+        assert host in text, "the benchmark's local host line changed"
+        path.write_text(text.replace(host, "local: {kind: local, slots: 4, gpus: 0, sandbox: unsafe-process}"))
     return path, {repo: str(root / "suites" / repo) for repo in trees}
 
 
 def child_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(pu.PERF_DIR), str(pu.REPO_ROOT)])}
+    """The children's environment. Bytecode is cached as an installed resenv's is (pip compiles it at
+    install): PYTHONDONTWRITEBYTECODE, where the shell sets it, would make every process start
+    compile resenv's sources again, a quarter of a second that no installed copy pays."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": os.pathsep.join([str(pu.PERF_DIR), str(pu.REPO_ROOT)])}
 
 
 def run_resenv(bench: Path, agents: list[str], work: Path, jobs: int, profile_to: Path | None = None) -> dict[str, Any]:
@@ -261,16 +275,19 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[1, 4], help="concurrency values to measure")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved resenv/bare pairs per --jobs value")
     parser.add_argument("--profile", action="store_true", help="then one cProfiled resenv run per --jobs value")
+    parser.add_argument("--unsafe-process", action="store_true",
+                        help="the host's sandbox is unsafe-process: what the bubblewrap namespaces cost, by difference")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir")
     args = parser.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="resenv-perf-overhead-"))
     pu.RESULTS.mkdir(parents=True, exist_ok=True)
     try:
-        bench, trees = make_benchmark(root, args.repos, args.agents)
+        bench, trees = make_benchmark(root, args.repos, args.agents, args.unsafe_process)
         # The order resenv queues them in: suite order (repos), then agents.
         order = [(repo, agent) for repo in trees for agent in agent_names(args.agents)]
-        print(f"{args.repos} repos x {args.agents} agents running `true` = {len(order)} jobs; load average"
+        print(f"{args.repos} repos x {args.agents} agents running `true` = {len(order)} jobs, sandbox"
+              f" {'unsafe-process' if args.unsafe_process else 'process (bubblewrap)'}; load average"
               f" {[round(x, 2) for x in os.getloadavg()]}; temp dir {root}")
         runs = []
         for jobs in args.jobs:
@@ -289,7 +306,8 @@ def main() -> None:
               f" {[round(x, 2) for x in os.getloadavg()]})")
         pu.write_result(NAME, {
             "target": {"overhead_ms_per_job_max": TARGET_MS, "at_jobs": TARGET_JOBS},
-            "params": {"repos": args.repos, "agents": args.agents, "jobs": args.jobs, "repeats": args.repeats},
+            "params": {"repos": args.repos, "agents": args.agents, "jobs": args.jobs, "repeats": args.repeats,
+                       "sandbox": "unsafe-process" if args.unsafe_process else "process (bubblewrap)"},
             "pass": ok,
             "runs": runs,
         })
