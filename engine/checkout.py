@@ -182,11 +182,15 @@ class PristineCache:
 async def _intact(path: Path, commit: str, env: dict[str, str]) -> bool:
     """Whether the copy holds the pinned commit with every object's content matching its name."""
     env = {**env, "GIT_DIR": str(path), "GIT_NO_REPLACE_OBJECTS": "1"}
-    try:
-        kind = await git("cat-file", "-t", commit, env=env)
-        await git("fsck", "--no-dangling", "--no-progress", "--strict", commit, env=env)
-    except CheckoutError:
-        return False
+    # Both at once: this runs before every checkout, and neither reads what the other writes.
+    kind, checked = await asyncio.gather(
+        git("cat-file", "-t", commit, env=env),
+        git("fsck", "--no-dangling", "--no-progress", "--strict", commit, env=env), return_exceptions=True)
+    for outcome in (kind, checked):
+        if isinstance(outcome, CheckoutError):
+            return False
+        if isinstance(outcome, BaseException):
+            raise outcome
     return kind == "commit"
 
 

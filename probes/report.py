@@ -45,14 +45,13 @@ Error strings each start with the JSON path they are about (``$`` for the docume
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-
-from jsonschema import Draft202012Validator
 
 DEFAULT_MAX_BYTES = 1 << 20
 
@@ -132,7 +131,15 @@ REPORT_SCHEMA: dict[str, Any] = {
 }
 """JSON Schema (draft 2020-12) of ``report.json``."""
 
-_VALIDATOR = Draft202012Validator(REPORT_SCHEMA)
+
+
+@functools.cache
+def _validator() -> Any:
+    """The schema's validator, built on first use: jsonschema and what it loads add a tenth of a
+    second to every process start, and most `resenv` commands never validate a report."""
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(REPORT_SCHEMA)
 
 _PATTERN_HINTS = {"^/[^\\x00]*$": "an absolute path"}
 
@@ -225,7 +232,7 @@ def validate_report(doc: Any) -> list[str]:
     if not isinstance(doc, dict):
         return [f"$: expected a JSON object at top level, got {_json_kind(doc)}"]
     found: set[tuple[tuple, str]] = set()
-    for err in _VALIDATOR.iter_errors(doc):
+    for err in _validator().iter_errors(doc):
         found.update(_format_error(err))
     return [msg for _, msg in sorted(found, key=lambda pm: (_path_key(pm[0]), pm[1]))]
 

@@ -113,7 +113,7 @@ class Isolation:
             if _outside_system(path) and path not in ro and path_exists(path):
                 ro.append(path)
         # A path inside another bound one is seen already (and a mount point cannot be made in it).
-        ro = [path for path in ro if not any(other in path.parents for other in ro)]
+        ro = [path for path in ro if not any(_below(path.parts, other.parts) for other in ro)]
         rw = [workdir, *writable]
         devices = [Path(device) for device in self.devices]
         out += _traversable_parents([*ro, *rw, *devices])
@@ -197,17 +197,26 @@ def _traversable_parents(targets: list[Path]) -> list[str]:
     (``/root``, a ``mkdtemp`` folder) would lock the sandbox's uid out of what lies below it; those
     folders are empty stand-ins in the namespace's own root, so opening them shows nothing."""
     parents: set[Path] = set()
+    bound = [target.parts for target in targets]
+    skipped = {Path("/"), Path("/tmp"), Path("/dev")}
     for target in targets:
         for parent in target.parents:
-            if parent == Path("/") or not _outside_system(parent) or parent in {Path("/tmp"), Path("/dev")}:
+            if parent in parents or parent in skipped or not _outside_system(parent):
                 continue
-            if any(parent == t or t in parent.parents for t in targets):
+            parts = parent.parts
+            if any(parts == t or _below(parts, t) for t in bound):
                 continue
             parents.add(parent)
     out: list[str] = []
     for parent in sorted(parents, key=lambda p: len(p.parts)):
         out += ["--perms", "0755", "--dir", str(parent)]
     return out
+
+
+def _below(parts: tuple[str, ...], folder: tuple[str, ...]) -> bool:
+    """Whether the path of ``parts`` lies strictly inside the folder of ``folder`` (both as
+    ``Path.parts``): a tuple comparison, as ``folder in path.parents`` is, without making every parent."""
+    return len(parts) > len(folder) and parts[: len(folder)] == folder
 
 
 KERNEL_DIRS = ("dev", "proc", "sys")

@@ -58,11 +58,16 @@ def _live_processes() -> list[tuple[int, int, int]]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
+        try:  # a raw descriptor: this scan runs after every command, and a file object costs more than the read
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY)
         except OSError:
             continue
+        try:
+            stat = os.read(fd, 4096)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
         # "pid (comm) state ppid pgrp ..."; comm may contain spaces and parentheses.
         fields = stat[stat.rfind(b")") + 2 :].split()
         if len(fields) >= 3 and fields[0] not in (b"Z", b"X"):
@@ -574,8 +579,11 @@ class ProcessSandbox:
             # Then sweep until a scan finds nobody new: a process that keeps forking and letting its parent
             # exit has a new pid by the time one scan's signal lands.
             signalled: set[int] = set()
+            # A reaped leader has no children left (they went to a reaper): no /proc scan can find any.
+            reaped = run.proc.returncode is not None
             for _ in range(SIGNAL_SWEEPS):
-                found = set(_descendants(run.pgid)) | {pid for pid in run.members if _pid_alive(pid)}
+                found = set() if reaped else set(_descendants(run.pgid))
+                found |= {pid for pid in run.members if _pid_alive(pid)}
                 fresh = found - signalled
                 if not fresh:
                     break
