@@ -173,6 +173,17 @@ def kill_stale_group(pgid: int, workdir: Path) -> bool:
     return False
 
 
+def _namespace_gone(run: _Run) -> bool:
+    """Whether nothing of a bubblewrap command can be left, without scanning /proc (which costs more
+    than the command's own start): bubblewrap exited on its own, so its pid namespace ended first —
+    the kernel ends a namespace by killing every process in it and waiting for each to exit before
+    its init is reaped — and nothing in a namespace can leave it. Not so when bubblewrap was killed
+    (its init then dies after it, on the parent-death signal) or the command was stopped by us."""
+    code = run.proc.returncode
+    return run.namespaced and code is not None and code >= 0 and not run.killed and not run.timed_out \
+        and not any(_pid_alive(pid) for pid in run.gone_too())
+
+
 async def _wait_group_gone(pgid: int, limit_s: float, also: tuple[int, ...] = ()) -> bool:
     """Poll until the group and the processes ``also`` have no live process or ``limit_s`` passes;
     True if all are gone."""
@@ -535,7 +546,7 @@ class ProcessSandbox:
                     await asyncio.wait_for(run.proc.wait(), KILL_WAIT_S)
                 except asyncio.TimeoutError:
                     log.warning("pid %d did not exit after SIGKILL", run.pgid)
-            if not await _wait_group_gone(run.pgid, KILL_WAIT_S, run.gone_too()):
+            if not _namespace_gone(run) and not await _wait_group_gone(run.pgid, KILL_WAIT_S, run.gone_too()):
                 log.warning("process group %d still has live processes after SIGKILL", run.pgid)
 
     async def _pump(self, run: _Run, reader: asyncio.StreamReader, sink: OutputSink) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -17,6 +19,7 @@ from resenv.engine.sandbox.base import (
     SandboxPathError,
 )
 from resenv.engine.sandbox.lines import MAX_LINE_BYTES
+from resenv.engine.sandbox.isolation import Isolation
 from resenv.engine.sandbox.process import DEFAULT_PATH, ProcessSandbox
 
 PY = sys.executable
@@ -523,3 +526,37 @@ async def test_get_limits(sb: ProcessSandbox) -> None:
     (sb.workdir / "dir").mkdir()
     with pytest.raises(SandboxError):
         await sb.get("dir")
+
+
+needs_bwrap = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is installed by .ci/run")
+
+
+def live_with(marker: str) -> list[int]:
+    """Host pids of live processes whose command line holds `marker`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{name}/cmdline").read_bytes() and \
+                        Path(f"/proc/{name}/stat").read_text().split(")")[-1].split()[0] not in ("Z", "X"):
+                    found.append(int(name))
+            except OSError:
+                pass
+    return found
+
+
+@needs_bwrap
+async def test_nothing_of_a_namespaced_command_outlives_its_exec(tmp_path: Path, logs: Path) -> None:
+    """When bubblewrap exits on its own, its namespace has ended, every process in it with it — a
+    setsid daemon included: the exec returns without scanning /proc, so this must hold the moment
+    it returns, with no waiting."""
+    box = ProcessSandbox(tmp_path / "wd", isolation=Isolation())
+    marker = f"resenv-leftover-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        for _ in range(5):
+            r = await box.exec(["sh", "-c", f"setsid sh -c 'sleep 1000; : {marker}' </dev/null >/dev/null 2>&1 &"
+                                " sleep 0.2; echo started"], log_prefix=logs / "ns", timeout=30)
+            assert r.ok and r.stdout_path.read_bytes() == b"started\n"
+            assert live_with(marker) == []
+    finally:
+        await box.close()
