@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import sqlite_utils
 
 from .paths import blocking_file
 from .runref import find_run
@@ -478,7 +477,6 @@ class StoreReader:
             except sqlite3.OperationalError as error:
                 raise StoreError(f"{path} has schema {version} and cannot be upgraded here: {error}") from error
             self.conn = connect(path, readonly=True)
-        self.db = sqlite_utils.Database(self.conn)
 
     def close(self) -> None:
         self.conn.close()
