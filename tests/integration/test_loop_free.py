@@ -80,5 +80,5 @@ def test_the_loop_keeps_running_and_the_census_is_computed_once(tmp_path: Path) 
     assert len(probes) == 2
     start, end = min(p["started_at"] for p in probes), max(p["finished_at"] for p in probes)
     during = [gap for woke, gap in wakeups if woke >= start and woke - gap - TICK_S <= end]
-    assert len(during) >= (end - start) / (4 * TICK_S), (len(during), end - start)  # it kept ticking
+    assert len(during) >= (end - start) / (5 * TICK_S), (len(during), end - start)  # it kept ticking
     assert max(during) < MAX_GAP_S, f"the loop stalled {max(during):.3f} s during the probes"
