@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -37,6 +39,7 @@ from .checkout import Pristine
 T = TypeVar("T")
 Key = tuple[str, str]  # (repo id, commit)
 WORKERS = 2  # a run rarely needs more than a couple of censuses at once; the machine has other work
+ORPHAN_CHECK_S = 1.0
 
 
 def census_of(pristine: Pristine) -> Census:
@@ -47,6 +50,21 @@ def census_of(pristine: Pristine) -> Census:
 def compiled_modules_of(pristine: Pristine) -> frozenset[str]:
     """The compiled modules the pinned commit declares (run in a thread: it mostly waits on git)."""
     return buildinfo.module_names(files_at_commit(pristine.path, pristine.commit, select=buildinfo.wanted))
+
+
+def _worker_started(engine_pid: int) -> None:
+    """A census worker ignores Ctrl-C (the engine handles it and stops the run; a worker killed by the
+    terminal's SIGINT would only break the pool under the jobs still being judged), and ends itself
+    once the engine is gone: a pool's worker holds both ends of its own queue's pipe, so an engine
+    killed outright would otherwise leave it waiting for work forever."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def end_when_orphaned() -> None:
+        while os.getppid() == engine_pid:
+            time.sleep(ORPHAN_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=end_when_orphaned, name="orphan-check", daemon=True).start()
 
 
 class CensusCache:
@@ -94,10 +112,8 @@ class CensusCache:
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            # Workers ignore Ctrl-C: the engine handles it and stops the run; a worker killed by the
-            # terminal's SIGINT would only break the pool under the jobs still being judged.
             self._pool = ProcessPoolExecutor(self._workers, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+                                             initializer=_worker_started, initargs=(os.getpid(),))
         return self._pool
 
     def close(self) -> None:

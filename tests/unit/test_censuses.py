@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,8 @@ import pytest
 
 from resenv.engine.censuses import CensusCache
 from resenv.engine.checkout import Pristine
+
+from ..conftest import wait_for
 
 
 def _git(cwd: Path, *args: str) -> str:
@@ -80,3 +83,48 @@ async def test_a_cancelled_waiter_leaves_the_computation_to_the_others(cache: Ce
     assert census.total == 5
     with pytest.raises(asyncio.CancelledError):
         await first
+
+
+ENGINE = """
+import asyncio, sys
+from pathlib import Path
+from resenv.engine.censuses import CensusCache
+from resenv.engine.checkout import Pristine
+
+async def main():
+    cache = CensusCache()
+    await cache.census("r", Pristine(Path(sys.argv[1]), sys.argv[2]))
+    print("ready", flush=True)
+    await asyncio.sleep(3600)  # killed outright while its pool is up
+
+asyncio.run(main())
+"""
+
+
+def _descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            found |= {int(child)} | _descendants(int(child))
+    return found
+
+
+def test_an_engine_killed_outright_leaves_no_census_worker(pristine: Pristine) -> None:
+    engine = subprocess.Popen([sys.executable, "-c", ENGINE, str(pristine.path), pristine.commit],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert engine.stdout is not None and engine.stdout.readline().strip() == "ready"
+        workers = _descendants(engine.pid)
+        assert workers  # the pool's workers (and the resource tracker)
+    finally:
+        engine.kill()
+        engine.wait()
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() and "Z" not in _state(pid) for pid in workers),
+             timeout=30)
+
+
+def _state(pid: int) -> str:
+    try:
+        return next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("State:"))
+    except (OSError, StopIteration):
+        return "Z"
