@@ -1,6 +1,6 @@
 """A generated repo that makes the import census slow: many small modules importing each other and
 third-party names, and a few large generated modules (a parser holds the GIL for the whole of each
-such file: about a second per megabyte). Shared by the loop-stall test and its perf script."""
+such file: one to three seconds per megabyte on a loaded 2-core machine). Shared by the loop-stall test and its perf script."""
 
 from __future__ import annotations
 

@@ -27,8 +27,9 @@ from ..big_repo import big_repo
 from ..conftest import rows, write_benchmark
 
 TICK_S = 0.01
-# Parsing the large module alone takes over a second on these machines (0.3 s where idle); a loop
-# that parses it itself, or whose thread does, stalls that long at once.
+# Parsing the large module (1 MB) holds the interpreter's lock for about a second on a loaded 2-core
+# machine; a loop that parses it itself, or whose thread does, stalls that long at once (2.0 s
+# measured when the census ran in a thread).
 MAX_GAP_S = 0.5
 AGENTS = "".join(f"""\
 {name}:
