@@ -163,7 +163,8 @@ class PristineCache:
             if path.exists():
                 if pinned is not None and await _intact(path, pinned, env):
                     return Pristine(path, pinned)
-                shutil.rmtree(path)  # unpinned (built before a crash) or changed: build it again
+                # unpinned (built before a crash) or changed: build it again (a tree walk: in a thread)
+                await asyncio.to_thread(shutil.rmtree, path)
             self.root.mkdir(parents=True, exist_ok=True)
             if local_tree is not None:
                 made = await _commit_tree(local_tree, path, env)
@@ -174,7 +175,7 @@ class PristineCache:
                 raise CheckoutError(f"the source of {repo_id} now gives commit {made[:12]}, not the "
                                     f"{pinned[:12]} this run's jobs were judged on", "infra")
             (path / COMPLETE_MARKER).write_text(made + "\n")  # for hosts that copy it; never read back here
-            _make_read_only(path)
+            await asyncio.to_thread(_make_read_only, path)  # a walk of every object file: off the loop
             self.pins[repo_id] = made
             return Pristine(path, made)
 

@@ -291,6 +291,9 @@ def format_event(kind: str, data: dict[str, Any]) -> list[str]:
         return [f"■ job {state}" + (f": {_short(data['reason'], 400)}" if data.get("reason") else "")]
     if kind == "checkout":
         return [f"  checkout {str(data.get('commit', ''))[:12]}"]
+    if kind == "census":
+        return [f"  import census of {str(data.get('commit', ''))[:12]}: {_num(data.get('files'))} files,"
+                f" {_num(data.get('modules'))} modules ({data.get('seconds')} s)"]
     if kind == "tier_retry":
         return [f"── re-run of tier {data.get('tier')} on the state attempt {data.get('kept_attempt')} left ──"]
     if kind == "rescore":

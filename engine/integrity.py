@@ -95,7 +95,8 @@ async def verify_checkout(attempt: JobAttempt, pristine: Pristine, manifest: Man
         raise CheckoutError(_name_paths(f"the source of {pristine.commit[:12]} lacks the objects of",
                                         manifest.missing_objects), "infra")
     scan = await scan_tree(attempt, manifest, [], timeout)
-    if problems := scan_problems(scan):  # before the agent: the host's fault
+    # checking a scan of every tracked file costs tens of ms on a big repo: in a thread, off the loop
+    if problems := await asyncio.to_thread(scan_problems, scan):  # before the agent: the host's fault
         raise ScanError("the checkout scan answered wrong types: " + "; ".join(problems))
     changed = scan.get("changed")
     if not isinstance(changed, list):
@@ -126,7 +127,8 @@ async def secure(attempt: JobAttempt, *, pristine: Pristine, manifest: Manifest,
                  timeout: float) -> Integrity:
     """Before any probe: restore tracked files, quarantine shadows, find start-up hooks; record all."""
     scan = await scan_tree(attempt, manifest, import_dirs, timeout)
-    findings = judge_tree(scan, census, compiled) + _malformed("tree", scan)
+    # judging a scan of every tracked file costs tens of ms on a big repo: in a thread, off the loop
+    findings = await asyncio.to_thread(lambda: judge_tree(scan, census, compiled) + _malformed("tree", scan))
     findings = await _with_diffs(attempt, pristine, manifest, findings)
     caches = bytecode_paths(scan)
     if findings or caches:

@@ -20,6 +20,7 @@ from typing import Any
 
 from .agents import AgentAdapter, JobPaths
 from .agents.session import AgentSession  # issue 6: usage, cost, budgets, completion
+from .censuses import CensusCache
 from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv, git_fatal_line, submodules_argv
 from .hosts import Lease
 from .integrity import verify_checkout
@@ -82,6 +83,7 @@ class RunContext:
     pristines: PristineCache
     agents: dict[str, AgentAdapter]
     tiers: tuple[str, ...]
+    censuses: CensusCache = field(default_factory=CensusCache)  # one per (repo, commit), for the whole run
 
 
 def attempt_dir(run_dir: Path, repo_id: str, agent: str, number: int) -> Path:
@@ -426,7 +428,7 @@ class JobAttempt:
         if not getattr(self.sandbox, "output_redacted", False):
             # A sandbox whose job writes its raw files itself (Slurm on a shared file system): redacted
             # here, before excerpts are taken. The others redacted every byte as it streamed.
-            redact_files(result.stdout_path, result.stderr_path)
+            await asyncio.to_thread(redact_files, result.stdout_path, result.stderr_path)  # whole logs: off the loop
         for stream, path in (("stdout", result.stdout_path), ("stderr", result.stderr_path)):
             self.index_log(log_name, stream, path)
         return result

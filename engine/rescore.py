@@ -107,6 +107,7 @@ class Rescorer(Engine):
                 self.writer.update("scorings", self.scoring_id, {"state": "interrupted", "heartbeat_at": None,
                                                                  "finished_at": time.time()})
             await stop_fleet(self)
+            self._close_censuses()
             await self.writer.close()
             self._release()
 

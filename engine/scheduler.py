@@ -238,6 +238,7 @@ class Engine:
                     state = await self._execute()
                 finally:
                     await stop_fleet(self)  # ssh hosts' connections and telemetry
+                    self._close_censuses()
                     await self.writer.close()
             except (StoreFailure, sqlite3.Error, OSError) as error:
                 failure = self._as_failure(error)
@@ -271,6 +272,12 @@ class Engine:
                                 f"{resume} once that is fixed")
         return StoreFailure(f"{failure}; run {self.run_id} stopped, but the store could not record that ({why}): "
                             f"{resume} recovers it once that is fixed")
+
+    def _close_censuses(self) -> None:
+        """End the run's census workers (there are none when the run never loaded)."""
+        ctx: RunContext | None = getattr(self, "ctx", None)
+        if ctx is not None:
+            ctx.censuses.close()
 
     def _release(self) -> None:
         if self.lock is not None:

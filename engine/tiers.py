@@ -9,7 +9,6 @@ with its reason; a tier the host has too few GPUs for is `skip`/`insufficient_ha
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import secrets
@@ -21,12 +20,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..probes import buildinfo
 from ..probes.audit import Observations, audit
 from ..probes.c0 import run_c0
 from ..probes.c2 import judge_c2, primary_framework, read_frameworks
 from ..probes.capture import last_json_line, read_tail
-from ..probes.census import Census, files_at_commit, import_census
+from ..probes.census import Census
 from ..probes.classifier import blamed_download, classify
 from ..probes.integrity import TAMPERED, Integrity, import_dirs
 from ..probes.outcome import BAD_INTERPRETER, interpreter_problem, uncaught_exception
@@ -129,12 +127,12 @@ class TierRunner:
 
     async def run_audit(self) -> None:
         if "C5" in self.selected:
-            self.record(self._audit())
+            self.record(await self._audit())
 
     async def rerun(self, tier: str) -> TierResult:
         """One tier again on the kept post-agent state (an operator's tier retry)."""
         await self._prepare()
-        result = self._audit() if tier == "C5" else await self._judge(tier)
+        result = await self._audit() if tier == "C5" else await self._judge(tier)
         self.record(result)
         return result
 
@@ -221,13 +219,13 @@ class TierRunner:
         pristine = self.attempt.pristine
         assert pristine is not None
         commands = [spec.command for spec in self.repo.tiers().values() if not isinstance(spec, str)]
-        # both read the pinned commit with git: off the event loop
-        census, _ = await asyncio.to_thread(self._framework_census)
-        compiled = await asyncio.to_thread(lambda: self._compiled_modules)
+        census, _ = await self._framework_census()
+        compiled = await self._compiled_modules()
+        # the folders every census file imports from: tens of ms on a big repo, in a thread
+        dirs = await asyncio.to_thread(import_dirs, commands, census.files if census else ())
         return await secure(
             self.attempt, pristine=pristine, manifest=await self.attempt.ctx.pristines.manifest(pristine),
-            census=census or Census(), compiled=compiled,
-            import_dirs=import_dirs(commands, census.files if census else ()),
+            census=census or Census(), compiled=compiled, import_dirs=dirs,
             python=python, timeout=self.bench.defaults.tier_timeouts.C2)
 
     async def _interpreter_file(self, python: str) -> tuple[bytes | None, str | None]:
@@ -313,27 +311,31 @@ class TierRunner:
         return None
 
     # -- the import census, shared by C0, C2 and C5 -------------------------------------------
-    @functools.cached_property
-    def census(self) -> Census:
-        """The import census of the pinned commit, computed once per runner: C0 counts its imports,
-        C2 and C5 read from it which frameworks the repo runs on."""
+    async def census(self) -> Census:
+        """The import census of the pinned commit, computed once per (repo, commit) for the run and
+        off the event loop (engine/censuses.py): C0 counts its imports, C2 and C5 read from it which
+        frameworks the repo runs on."""
         pristine = self.attempt.pristine
         assert pristine is not None
-        return import_census(files_at_commit(pristine.path, pristine.commit))
+        census, seconds = await self.attempt.ctx.censuses.census(self.repo.id, pristine)
+        if seconds is not None:  # this attempt computed it: every other one of the run shares it
+            self.attempt.sink.emit("census", {"commit": pristine.commit, "files": len(census.files),
+                                              "modules": census.total, "seconds": round(seconds, 3)})
+        return census
 
-    def _framework_census(self) -> tuple[Census | None, str | None]:
+    async def _framework_census(self) -> tuple[Census | None, str | None]:
         """The census for choosing the framework C2 judges, or (None, why) when there is none: the
         choice then falls back to the first importable framework instead of failing the tier."""
         if self.attempt.pristine is None:
             return None, "no pristine copy of the repo"
         try:
-            return self.census, None
+            return await self.census(), None
         except (OSError, RuntimeError, ValueError, subprocess.SubprocessError) as error:
             return None, f"the import census failed: {type(error).__name__}: {error}"
 
     # -- C0 ---------------------------------------------------------------------------------
     async def _tier_c0(self) -> TierResult:
-        census = self.census
+        census = await self.census()
         python = self.state.python or str(self.attempt.paths.workdir / "no-interpreter-reported")
         repo_dir = self.attempt.paths.repo
         sandbox = self.attempt.sandbox
@@ -433,11 +435,12 @@ class TierRunner:
             )
         finally:
             use = await watch.stop() if watch is not None else None
-        judged = self._judge_exec(tier, argv, result, gpus)
+        compiled = await self._compiled_modules()
+        judged = self._judge_exec(tier, argv, result, gpus, compiled)
         if judged.status == "pass" and (died := uncaught_exception(tail_text(result.stderr_path))):
             # exit status 0 after a fatal traceback: the exit status was overridden, the run failed
             verdict = classify(tail_text(result.stderr_path), returncode=1, tier=tier,
-                               compiled_modules=self._compiled_modules)
+                               compiled_modules=compiled)
             judged = TierResult(tier, "fail", verdict.category, judged.evidence | {
                 "reason": "exited 0, but its output ends in an uncaught exception",
                 "uncaught_exception": died, "signature": verdict.signature, "evidence_line": verdict.evidence})
@@ -497,7 +500,8 @@ class TierRunner:
                           + tail_text(result.stderr_path, limit=OUTPUT_TAIL).strip())
         return [assets[index].label() for index in missing_indexes(tail_text(result.stdout_path), len(assets))]
 
-    def _judge_exec(self, tier: str, argv: list[str], result: ExecResult, gpus: tuple[int, ...]) -> TierResult:
+    def _judge_exec(self, tier: str, argv: list[str], result: ExecResult, gpus: tuple[int, ...],
+                    compiled: frozenset[str]) -> TierResult:
         evidence = {
             "command": argv, "exit_code": result.returncode, "timed_out": result.timed_out,
             "duration_s": round(result.active_s, 3), "gpus": list(gpus),
@@ -508,7 +512,7 @@ class TierRunner:
             return TierResult(tier, "pass", None, evidence)
         output = tail_text(result.stdout_path, result.stderr_path)
         verdict = classify(output, returncode=result.returncode, timed_out=result.timed_out, tier=tier,
-                           compiled_modules=self._compiled_modules)
+                           compiled_modules=compiled)
         evidence |= {"signature": verdict.signature, "evidence_line": verdict.evidence}
         category = verdict.category
         if category == "deps_missing" and (cause := self._agent_download_failure(verdict.evidence)) is not None:
@@ -517,19 +521,17 @@ class TierRunner:
             evidence |= {"root_cause": "agent log", "root_cause_line": cause}
         return TierResult(tier, "fail", category, evidence)
 
-    @functools.cached_property
-    def _compiled_modules(self) -> frozenset[str]:
-        """The compiled modules the repo declares at its pinned commit (read once per job, from the
-        pristine copy: the agent's edits to its checkout never count). None are known when the
-        pinned commit cannot be read; the classifier then decides by its signatures alone."""
+    async def _compiled_modules(self) -> frozenset[str]:
+        """The compiled modules the repo declares at its pinned commit (read once per (repo, commit)
+        for the run, from the pristine copy: the agent's edits to its checkout never count). None are
+        known when the pinned commit cannot be read; the classifier then decides by its signatures alone."""
         pristine = self.attempt.pristine
         if pristine is None:
             return frozenset()
         try:
-            files = files_at_commit(pristine.path, pristine.commit, select=buildinfo.wanted)
+            return await self.attempt.ctx.censuses.compiled_modules(self.repo.id, pristine)
         except (RuntimeError, OSError, subprocess.SubprocessError):
             return frozenset()
-        return buildinfo.module_names(files)
 
     def _agent_download_failure(self, failure: str) -> str | None:
         """The agent log's line showing that the package the probe's `failure` line misses could not
@@ -565,7 +567,7 @@ class TierRunner:
             return TierResult("C2", "fail", "runtime", evidence | {
                 "reason": "the framework probe printed a malformed observation: " + "; ".join(problems[:5]),
                 "probe_errors": problems, "frameworks": observed.get("frameworks")})
-        census, census_note = self._framework_census()
+        census, census_note = await self._framework_census()
         verdict = judge_c2(seen, census, driver_cuda=self.driver.cuda_version if self.driver else None,
                            cuda_supported=cuda_supported)
         table = observed["frameworks"]
@@ -595,7 +597,7 @@ class TierRunner:
         return {"prefix": prefix, "size_bytes": directory_size(root)}
 
     # -- C5: the report audit ---------------------------------------------------------------
-    def _audit(self) -> TierResult:
+    async def _audit(self) -> TierResult:
         """Audit the report's claims against what the probes observed (rules: probes/audit.py).
 
         Everything the probes printed is read as hostile: a field of the wrong type is not used, and
@@ -618,7 +620,7 @@ class TierRunner:
             seen, framework_problems = read_frameworks(raw)
             problems += framework_problems
             if seen is not None:
-                framework = primary_framework(seen, self._framework_census()[0])
+                framework = primary_framework(seen, (await self._framework_census())[0])
         c4 = state.results.get("C4")
         observed = Observations(
             python_path=state.python,
@@ -633,7 +635,8 @@ class TierRunner:
             probe_errors=tuple(problems),
         )
         result = audit(state.report, observed)
-        environment = self._environment() if prefix is None or isinstance(prefix, str) else {
+        # sizing walks the whole environment (tens of thousands of files): in a thread, off the loop
+        environment = await asyncio.to_thread(self._environment) if prefix is None or isinstance(prefix, str) else {
             "prefix": None, "size_bytes": None, "reason": "the interpreter probe printed a prefix that is not a string"}
         evidence = asdict(result) | {"observed": asdict(observed), "claims": state.report.report,
                                      "environment": environment}

@@ -673,7 +673,7 @@ class ProcessSandbox:
             await asyncio.to_thread(shutil.copy2, src, target)
         else:
             raise FileNotFoundError(f"no such file or directory: {src}")
-        self._give(target, tree=src.is_dir())
+        await asyncio.to_thread(self._give, target, tree=src.is_dir())  # a copied tree is chowned file by file
         return target
 
     def _give(self, target: Path, *, tree: bool) -> None:

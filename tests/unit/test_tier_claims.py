@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 from resenv.engine import tiers
+from resenv.engine.censuses import CensusCache
+from resenv.engine.checkout import Pristine
 from resenv.engine.gpuinfo import DriverInfo
 from resenv.engine.tiers import TierRunner
 from resenv.probes.c0 import C0Result
@@ -33,9 +36,29 @@ def git_repo(root: Path, files: dict[str, str]) -> tuple[Path, str]:
     return root / ".git", commit
 
 
+CURRENT: list[CensusCache] = []  # the test's run census cache, for the runners it makes
+
+
+@pytest.fixture(autouse=True)
+def censuses() -> Iterator[CensusCache]:
+    """The test's run census cache (a real process pool), ended after the test."""
+    cache = CensusCache()
+    CURRENT.append(cache)
+    yield cache
+    CURRENT.remove(cache)
+    cache.close()
+
+
+def fake_context(censuses: CensusCache) -> SimpleNamespace:
+    """What a run shares, as far as the tiers read it; `events` collects what its attempts emit."""
+    repo = SimpleNamespace(id="r", tiers=lambda: {}, assets=())
+    bench = SimpleNamespace(tier_timeout=lambda repo, tier: 60.0)
+    return SimpleNamespace(suite=SimpleNamespace(repo=lambda repo_id: repo), bench=bench, censuses=censuses, events=[])
+
+
 def make_runner(tmp_path: Path, report: Any = None, *, gpus: tuple[int, ...] = (0,),
                 selected: tuple[str, ...] = ("C0", "C2", "C5"), driver_cuda: str | None = "12.4",
-                repo_files: dict[str, str] | None = None) -> TierRunner:
+                repo_files: dict[str, str] | None = None, ctx: SimpleNamespace | None = None) -> TierRunner:
     """A TierRunner on a fake attempt whose report.json holds `report` (None: no report.json at all)."""
     work = tmp_path / "work"
     work.mkdir(parents=True, exist_ok=True)
@@ -44,12 +67,11 @@ def make_runner(tmp_path: Path, report: Any = None, *, gpus: tuple[int, ...] = (
     pristine = None
     if repo_files is not None:
         git_dir, commit = git_repo(tmp_path / "pristine", repo_files)
-        pristine = SimpleNamespace(path=git_dir, commit=commit)
-    repo = SimpleNamespace(tiers=lambda: {}, assets=())
-    bench = SimpleNamespace(tier_timeout=lambda repo, tier: 60.0)
-    ctx = SimpleNamespace(suite=SimpleNamespace(repo=lambda repo_id: repo), bench=bench)
+        pristine = Pristine(git_dir, commit)
+    ctx = ctx or fake_context(CURRENT[-1])
     attempt = SimpleNamespace(
         ctx=ctx, job={"repo_id": "r", "id": 1}, lease=SimpleNamespace(gpus=gpus), pristine=pristine,
+        sink=SimpleNamespace(emit=lambda kind, data: ctx.events.append((kind, data))),
         paths=SimpleNamespace(workdir=work, repo=work / "repo", report=work / "report.json"),
         sandbox=SimpleNamespace(), base=tmp_path / "attempt")
     runner = TierRunner(attempt, selected, DriverInfo("550.54", driver_cuda))  # type: ignore[arg-type]
@@ -154,10 +176,8 @@ async def test_c2_classifies_a_probe_that_did_not_finish(tmp_path: Path) -> None
     assert (result.status, result.category) == ("fail", "no_gpu")
 
 
-async def test_the_census_is_computed_once_per_runner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = []
-    real = tiers.import_census
-    monkeypatch.setattr(tiers, "import_census", lambda files: calls.append(1) or real(files))
+async def test_the_census_is_computed_once_per_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   censuses: CensusCache) -> None:
 
     async def passing(python: str, repo_dir: Path, census: Any, **_: Any) -> C0Result:
         return C0Result(status="pass", category=None, missing=[], missing_source=[], paper_ratio=1.0,
@@ -165,12 +185,16 @@ async def test_the_census_is_computed_once_per_runner(tmp_path: Path, monkeypatc
                         interpreter_ok=True, log_tail="")
 
     monkeypatch.setattr(tiers, "run_c0", passing)
-    runner = make_runner(tmp_path, PY, repo_files={"train.py": "import jax\n"})
-    runner.state.frameworks = probe_output(jax=CUDA_JAX)
-    await runner._tier_c0()
-    await runner._tier_c2()
-    runner._audit()
-    assert calls == [1]
+    ctx = fake_context(censuses)
+    first = make_runner(tmp_path / "one", PY, repo_files={"train.py": "import jax\n"}, ctx=ctx)
+    second = make_runner(tmp_path / "two", PY, ctx=ctx)
+    second.attempt.pristine = first.attempt.pristine
+    for runner in (first, second):  # two attempts of one repo and commit, each judging C0, C2 and C5
+        runner.state.frameworks = probe_output(jax=CUDA_JAX)
+        await runner._tier_c0()
+        await runner._tier_c2()
+        await runner._audit()
+    assert [kind for kind, _ in ctx.events] == ["census"]
 
 
 # -- C5: what the audit is given -------------------------------------------------------------------
@@ -183,27 +207,27 @@ def c5_runner(tmp_path: Path, report: dict[str, Any], frameworks: dict[str, Any]
     return runner
 
 
-def test_c5_knows_how_many_gpus_the_job_was_leased(tmp_path: Path) -> None:
+async def test_c5_knows_how_many_gpus_the_job_was_leased(tmp_path: Path) -> None:
     claims = {"cuda_available": True, "gpu_count": 1}
-    result = c5_runner(tmp_path, claims, probe_output(torch=CUDA_TORCH), gpus=())._audit()
+    result = await c5_runner(tmp_path, claims, probe_output(torch=CUDA_TORCH), gpus=())._audit()
     assert [h["claim"] for h in result.evidence["hallucinations"]] == ["cuda_available", "gpu_count"]
     assert result.evidence["observed"]["gpus_leased"] == 0
-    result = c5_runner(tmp_path / "b", claims, probe_output(torch=CUDA_TORCH), gpus=(3,))._audit()
+    result = await c5_runner(tmp_path / "b", claims, probe_output(torch=CUDA_TORCH), gpus=(3,))._audit()
     assert (result.status, result.evidence["hallucinations"]) == ("pass", [])
 
 
-def test_c5_checks_claims_about_every_framework_and_the_repos_own(tmp_path: Path) -> None:
+async def test_c5_checks_claims_about_every_framework_and_the_repos_own(tmp_path: Path) -> None:
     claims = {"framework": {"name": "jax", "version": "0.4.30"}, "torch_version": "2.3.1", "cuda_available": True,
               "gpu_count": 1, "env_tool": "conda"}
-    result = c5_runner(tmp_path, claims, probe_output(torch=CPU_TORCH, jax=CUDA_JAX), repo="import jax\n")._audit()
+    result = await c5_runner(tmp_path, claims, probe_output(torch=CPU_TORCH, jax=CUDA_JAX), repo="import jax\n")._audit()
     assert (result.status, result.evidence["hallucinations"]) == ("pass", [])
     assert result.evidence["observed"]["framework"] == "jax"
     assert result.evidence["not_scored"] == ["env_tool"]
 
 
-def test_c5_with_a_probe_that_crashed_leaves_framework_claims_unverifiable(tmp_path: Path) -> None:
+async def test_c5_with_a_probe_that_crashed_leaves_framework_claims_unverifiable(tmp_path: Path) -> None:
     crashed = {"_exit": -11, "_timed_out": False, "_output": "Segmentation fault"}
-    result = c5_runner(tmp_path, {"torch_version": "2.3.1", "cuda_available": True}, crashed)._audit()
+    result = await c5_runner(tmp_path, {"torch_version": "2.3.1", "cuda_available": True}, crashed)._audit()
     assert result.evidence["unverifiable"] == ["torch_version", "cuda_available"]
     assert result.evidence["hallucinations"] == []
 
@@ -214,12 +238,12 @@ def test_c5_with_a_probe_that_crashed_leaves_framework_claims_unverifiable(tmp_p
     (probe_output(torch=CUDA_TORCH), {"version": 3.11, "_exit": 0}),
     (probe_output(torch=CUDA_TORCH), {"version": "3.11.7", "prefix": ["x"], "_exit": 0}),
 ])
-def test_c5_fails_clearly_on_hostile_probe_output(tmp_path: Path, frameworks: dict[str, Any],
+async def test_c5_fails_clearly_on_hostile_probe_output(tmp_path: Path, frameworks: dict[str, Any],
                                                   interpreter: dict[str, Any] | None) -> None:
     runner = c5_runner(tmp_path, {"torch_version": "2.3.1"}, frameworks)
     if interpreter is not None:
         runner.state.interpreter = interpreter
-    result = runner._audit()
+    result = await runner._audit()
     assert (result.status, result.category) == ("fail", "runtime")
     assert result.evidence["probe_errors"]
     json.dumps(result.evidence, default=str)
