@@ -131,6 +131,7 @@ class ControlApplier:
 
     def run_resume(self) -> tuple[str, str]:
         self.engine.paused = False
+        self.engine.promised.clear()  # made before the pause: the time it stood still broke them all
         self.engine.writer.update("runs", self.engine.run_id, {"state": "running"})
         self.engine.wake.set()
         return "applied", "run resumed"

@@ -4,13 +4,14 @@ history of attempts, else an upper bound from the benchmark's timeouts.
 An estimate only orders and packs jobs; a wrong one never changes a verdict. So the history is read
 once when the engine starts (every run in the store: a suite is run again and again, with new agents
 and after fixes) and grows as this run's attempts end. The best match wins: the same repo and agent,
-then the same repo under any agent (a repo's own install, build and probes dominate), then the same
-agent on any repo. A job with no match gets the sum of its phase timeouts: it can run no longer, so
-the policy never backfills around it on a guess.
+then the same repo under any agent (a repo's own install, build and probes dominate). A repo never
+seen gets the sum of its phase timeouts, never another repo's figure: it can run no longer, so the
+policy never backfills around it on a guess.
 """
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import statistics
 from collections import defaultdict, deque
@@ -29,22 +30,25 @@ def timeout_bound(timeouts: Timeouts) -> float:
 
 
 class DurationEstimates:
-    """Median wall time of finished attempts, by (repo, agent), by repo and by agent."""
+    """Median wall time of finished attempts, by (repo, agent) and by repo."""
 
     def __init__(self, bound_s: float, history: Iterable[tuple[str, str, float]] = ()) -> None:
         self.bound_s = bound_s
-        self._seen: dict[tuple[str, str | None, str | None], deque[float]] = defaultdict(
+        self._seen: dict[tuple[str, str, str | None], deque[float]] = defaultdict(
             lambda: deque(maxlen=KEPT_PER_KEY))
         for repo_id, agent, seconds in history:
             self.record(repo_id, agent, seconds)
 
     def record(self, repo_id: str, agent: str, seconds: float) -> None:
-        """One finished attempt's wall time (seconds >= 0)."""
-        for key in (("pair", repo_id, agent), ("repo", repo_id, None), ("agent", None, agent)):
-            self._seen[key].append(max(seconds, 0.0))
+        """One finished attempt's wall time; one that cannot be a duration (negative after a clock
+        step, not finite) teaches nothing."""
+        if not math.isfinite(seconds) or seconds < 0:
+            return
+        for key in (("pair", repo_id, agent), ("repo", repo_id, None)):
+            self._seen[key].append(seconds)
 
     def estimate(self, repo_id: str, agent: str) -> float:
-        for key in (("pair", repo_id, agent), ("repo", repo_id, None), ("agent", None, agent)):
+        for key in (("pair", repo_id, agent), ("repo", repo_id, None)):
             found = self._seen.get(key)
             if found:
                 return statistics.median(found)
@@ -58,6 +62,7 @@ def attempt_history(conn: sqlite3.Connection) -> list[tuple[str, str, float]]:
     rows = conn.execute(
         "SELECT j.repo_id, j.agent, a.finished_at - a.started_at FROM attempts a JOIN jobs j ON j.id = a.job_id"
         " WHERE a.scope = 'job' AND a.state IN ('done', 'error') AND a.finished_at IS NOT NULL"
-        f" AND a.started_at IS NOT NULL AND (a.category IS NULL OR a.category NOT IN ({placeholders}))"
+        f" AND a.started_at IS NOT NULL AND a.finished_at >= a.started_at"
+        f" AND (a.category IS NULL OR a.category NOT IN ({placeholders}))"
         " ORDER BY a.finished_at", tuple(sorted(INFRA_CATEGORIES))).fetchall()
-    return [(row[0], row[1], float(row[2])) for row in rows]
+    return [(row[0], row[1], float(row[2])) for row in rows if isinstance(row[2], (int, float))]

@@ -50,6 +50,8 @@ class Host:
     _driver: DriverInfo | None = field(default=None, repr=False)
     spec: Any = field(default=None, repr=False)  # issue 7: the host's spec (sandbox kind, image, limits)
 
+    gpus_shared = False  # True where the host's own scheduler hands out the GPUs and a lease takes none
+
     @property
     def free_gpus(self) -> list[int]:
         return [gpu for gpu in self.gpu_ids if gpu not in self.leased_gpus]

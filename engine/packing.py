@@ -17,15 +17,16 @@ run's job limit, with three choices:
   shadow time, or if it takes only what is left over at the shadow time (slots, GPUs, job limit
   beyond the reserved job's need). Once a shadow time has passed and the reserved job still waits
   (estimates were wrong), only left-over resources may be backfilled: from then on it waits at most
-  for the jobs already running, each bounded by its timeouts.
+  for the jobs already running, each bounded by its timeouts. A running job past its estimate is
+  expected to run until its bound, so a hung job never makes its host look about to free up.
 
-What is guaranteed (tests/unit/test_packing.py, by simulation): with right estimates the first job
-in the order starts by its shadow time; with estimates off by up to 3x no job starts later than the
-longest job's duration after its *fair start*, the start strict dispatch in this order (no job
-passing a waiting one) gives it. Estimates come from `engine.durations`; a job never seen before is
-estimated at its timeout budget, an upper bound, so with no history the policy backfills nothing a
-reservation needs. The module is pure (no engine, no store, no clock): the scheduler and the
-simulation call the same `plan`.
+What holds (tests/unit/test_packing.py, by simulation): with right estimates the first job in the
+order starts by its shadow time. Measured over random workloads, not proven: no job starts more
+than the longest job's duration after its *fair start* (the start strict dispatch in this order,
+no job passing a waiting one, gives it) with right estimates, two with estimates off by up to 3x.
+Estimates come from `engine.durations`; a repo never seen is estimated at its timeout budget, an
+upper bound, so the policy backfills nothing a reservation needs on a guess. The module is pure
+(no engine, no store, no clock): the scheduler and the simulation call the same `plan`.
 """
 
 from __future__ import annotations
@@ -36,11 +37,20 @@ from dataclasses import dataclass, field, replace
 
 @dataclass(frozen=True)
 class RunningWork:
-    """A job holding a slot (and `gpus` GPUs) on `host`, estimated to end at `ends_at`."""
+    """A job holding a slot (and `gpus` GPUs) on `host`, estimated to end at `ends_at`, and certain to
+    end by `bound_at` (its timeouts; None: unknown)."""
 
     host: str
     gpus: int
     ends_at: float
+    bound_at: float | None = None
+
+    def end_after(self, now: float) -> float:
+        """When it is expected to end, seen at `now`: a job past its estimate is taken to run until its
+        bound, not to end at once (the one most overdue is the least likely to end next)."""
+        if self.ends_at > now:
+            return self.ends_at
+        return self.bound_at if self.bound_at is not None and self.bound_at > now else now
 
 
 @dataclass(frozen=True)
@@ -63,6 +73,7 @@ class HostRoom:
     free_slots: int
     free_gpus: int
     available: bool = True
+    gpus_shared: bool = False  # the host's own scheduler hands out its GPUs (Slurm): a job takes none of them
 
 
 @dataclass
@@ -104,13 +115,14 @@ def ordered(queued: Iterable[QueuedWork], hosts: Sequence[HostRoom], job_limit: 
 
 def plan(
     queued: Iterable[QueuedWork], hosts: Sequence[HostRoom], running: Sequence[RunningWork], *, now: float,
-    job_limit: int, promised: dict[int, float] | None = None,
+    job_limit: int, promised: dict[int, tuple[str, float]] | None = None,
     place: Callable[[QueuedWork, list[HostRoom]], HostRoom] | None = None,
 ) -> Plan:
     """Decide which of `queued` start now and where, given the hosts' room and the running work.
 
-    `promised` maps a job to the first shadow time it was given; the caller keeps it across rounds
-    (this fills it), so a promise that estimates broke is noticed. `place` picks a host among those
+    `promised` maps a job to the host and first shadow time a reservation gave it there; the caller
+    keeps it across rounds (this fills it; a reservation moved to another host is a new promise), so
+    a promise that estimates broke is noticed. `place` picks a host among those
     allowed (the pool's own preference; by default the least busy). The starts come in the order to
     lease them, each on the host named."""
     promised = {} if promised is None else promised
@@ -129,8 +141,10 @@ def plan(
             continue
         reservation = _reserve(work, rooms, live, now, job_limit, reservations)
         if reservation is not None:
-            first = promised.setdefault(work.job_id, reservation.shadow)
-            reservation.promise_broken = now > first
+            made = promised.get(work.job_id)
+            if made is None or made[0] != reservation.host:  # a promise holds for the host it was made on
+                made = promised[work.job_id] = (reservation.host, reservation.shadow)
+            reservation.promise_broken = now > made[1]
             reservations[reservation.host] = reservation
             result.reservations.append(reservation)
     return result
@@ -149,7 +163,8 @@ def _startable(
 
 
 def _fits_now(work: QueuedWork, room: HostRoom) -> bool:
-    return room.available and room.free_slots >= 1 and room.gpus >= work.gpus and room.free_gpus >= work.gpus
+    return room.available and room.free_slots >= 1 and room.gpus >= work.gpus and (
+        room.gpus_shared or room.free_gpus >= work.gpus)
 
 
 def _ends_in_time(work: QueuedWork, now: float, reservation: Reservation) -> bool:
@@ -169,14 +184,16 @@ def _spares_limit(work: QueuedWork, now: float, reservation: Reservation) -> boo
 def _take(work: QueuedWork, room: HostRoom, now: float, reservations: Iterable[Reservation]) -> None:
     """Account for `work` starting on `room`: the host's room, and the left-overs it eats into."""
     room.free_slots -= 1
-    room.free_gpus -= work.gpus
+    if not room.gpus_shared:
+        room.free_gpus -= work.gpus
     for reservation in reservations:
         if _ends_in_time(work, now, reservation):
             continue
         reservation.extra_jobs -= 1
         if reservation.host == room.name:
             reservation.extra_slots -= 1
-            reservation.extra_gpus -= work.gpus
+            if not room.gpus_shared:
+                reservation.extra_gpus -= work.gpus
 
 
 def _reserve(
@@ -195,14 +212,14 @@ def _reserve(
 
 def _shadow_on(work: QueuedWork, room: HostRoom, live: list[RunningWork], now: float,
                job_limit: int) -> Reservation | None:
-    """When `work` could start on `room` if nothing else started, by the running work's estimated ends
-    (an end already past counts as now), and what is left over beyond its need at that moment."""
-    ends = [(max(item.ends_at, now), item) for item in live]
+    """When `work` could start on `room` if nothing else started, by the running work's expected ends,
+    and what is left over beyond its need at that moment."""
+    ends = [(item.end_after(now), item) for item in live]
     for when in sorted({now, *(end for end, _ in ends)}):
         done = [item for end, item in ends if end <= when]
         here = [item for item in done if item.host == room.name]
         slots = room.free_slots + len(here)
-        gpus = min(room.gpus, room.free_gpus + sum(item.gpus for item in here))
+        gpus = room.gpus if room.gpus_shared else min(room.gpus, room.free_gpus + sum(item.gpus for item in here))
         jobs = job_limit - len(live) + len(done)
         if slots >= 1 and gpus >= work.gpus and jobs >= 1:
             return Reservation(work.job_id, room.name, when, slots - 1, gpus - work.gpus, jobs - 1)

@@ -138,7 +138,7 @@ class Engine:
         self.controls = ControlApplier(self)
         self.requeue_after: dict[int, float] = {}
         self.tier_retries: deque[TierWork] = deque()
-        self.promised: dict[int, float] = {}  # job -> the first start time a reservation promised it
+        self.promised: dict[int, tuple[str, float]] = {}  # job -> (host, start) a reservation first promised it
         self._idle_plan_state: tuple[Any, ...] | None = None  # the state of the last round that started nothing
         self.lock: RunLock | None = None
         self.claimed = False  # this engine wrote itself into the run's row
@@ -469,8 +469,9 @@ class Engine:
         queued = [QueuedWork(job_id, self.pool.grantable(self.jobs[job_id]["gpus_needed"]), self._estimate(job_id),
                           position) for position, job_id in enumerate(self.pending)]
         rooms = [HostRoom(host.name, host.slots, len(host.gpu_ids), host.slots - host.busy_slots,
-                          len(host.free_gpus), host.available()) for host in self.pool.hosts]
-        running = [RunningWork(item.lease.host.name, len(item.lease.gpus), item.started + item.estimate_s)
+                          len(host.free_gpus), host.available(), host.gpus_shared) for host in self.pool.hosts]
+        running = [RunningWork(item.lease.host.name, len(item.lease.gpus), item.started + item.estimate_s,
+                               item.started + self.durations.bound_s)
                    for item in self.running.values() if item.lease is not None]
         decided = plan(queued, rooms, running, now=now, job_limit=self.limit, promised=self.promised,
                        place=self._place)
@@ -481,8 +482,9 @@ class Engine:
             if lease is not None:
                 self._start(job, lease)
                 started.add(job_id)
-                self.promised.pop(job_id, None)
         self.pending = deque(job_id for job_id in self.pending if job_id not in started)
+        for job_id in set(self.promised) - set(self.pending):  # started, cancelled or retried: no promise left
+            del self.promised[job_id]
         self._idle_plan_state = None if started else state
 
     @staticmethod

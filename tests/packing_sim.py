@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from resenv.engine.packing import HostRoom, Plan, QueuedWork, RunningWork, ordered, plan
 
 
+TIMEOUT_BOUND_S = 8820.0  # what every simulated job is certain to end by (the default timeouts' sum)
+
+
 @dataclass(frozen=True)
 class SimJob:
     job_id: int
@@ -52,7 +55,7 @@ Policy = Callable[[list[SimJob], dict[str, dict], list[tuple[SimJob, str, float]
 def easy_plan(waiting, rooms, running, now, job_limit, promised) -> Plan:  # type: ignore[no-untyped-def]
     """The engine's policy on the simulated state: what starts, and the reservations it made."""
     queued = [QueuedWork(job.job_id, job.gpus, estimate(job), job.job_id) for job in waiting]
-    live = [RunningWork(host, job.gpus, start + estimate(job)) for job, host, start in running]
+    live = [RunningWork(host, job.gpus, start + estimate(job), start + TIMEOUT_BOUND_S) for job, host, start in running]
     return plan(queued, [HostRoom(**room) for room in rooms.values()], live, now=now, job_limit=job_limit,
                 promised=promised)
 

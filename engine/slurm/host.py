@@ -61,6 +61,8 @@ class SlurmHost(Host):
     _backoff_s: float = 0.0
 
     # -- scheduling ---------------------------------------------------------------------------------
+    gpus_shared = True
+
     @property
     def free_gpus(self) -> list[int]:
         return list(self.gpu_ids)  # Slurm hands out the GPUs; a lease never takes them

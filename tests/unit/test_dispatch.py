@@ -68,7 +68,7 @@ def test_a_short_job_backfills_the_free_gpu_when_it_ends_before_the_wide_job_cou
 def test_once_the_promised_start_has_passed_nothing_backfills_on_a_guess():
     engine, started = engine_with({2: 2, 3: 1}, gpus=[0, 1], history=(("r3", "a", 3.0),))
     hold(engine, 1, gpus=1, ran_s=1.0, estimate_s=10.0)
-    engine.promised[2] = time.monotonic() - 1.0  # job 2 was promised a start that is already past
+    engine.promised[2] = ("h", time.monotonic() - 1.0)  # job 2 was promised a start on h that is already past
     engine._dispatch()
     assert started == [] and list(engine.pending) == [2, 3]
 

@@ -32,6 +32,7 @@ def test_only_attempts_that_ran_to_their_own_end_teach_an_estimate(tmp_path):
         ("x", "a", "error", "model_api", "job", 800.0),
         ("x", "a", "cancelled", None, "job", 700.0),
         ("x", "a", "done", None, "C3", 600.0),  # one tier re-run, not the whole job
+        ("x", "a", "done", None, "job", -50.0),  # the clock stepped back: no duration
     ])
     try:
         assert sorted(seconds for _, _, seconds in attempt_history(conn)) == [10.0, 20.0]
@@ -45,7 +46,10 @@ def test_the_closest_match_wins_and_an_unknown_job_gets_the_timeout_bound():
     estimates = DurationEstimates(bound, [("x", "a", 10.0), ("x", "b", 30.0), ("y", "a", 4.0), ("y", "a", 6.0)])
     assert estimates.estimate("x", "a") == 10.0  # same repo and agent
     assert estimates.estimate("x", "c") == 20.0  # same repo, another agent: the repo's median
-    assert estimates.estimate("z", "a") == 6.0  # another repo, same agent: the agent's median
+    assert estimates.estimate("z", "a") == bound  # another repo's figure is a guess: never used
+    assert estimates.estimate("z", "c") == bound
+    for nonsense in (float("nan"), float("inf"), -1.0):
+        estimates.record("z", "c", nonsense)
     assert estimates.estimate("z", "c") == bound
     estimates.record("z", "c", 2.0)
     assert estimates.estimate("z", "c") == 2.0
