@@ -161,10 +161,27 @@ async def writer_main(db: Path, run_id: str, watched: int, attempt: int, rate: f
         if now_m >= next_beat:
             next_beat += 2.0
             writer.update("runs", run_id, {"heartbeat_at": time.time()})
-        status_file.write_text(str(written))
+        publish_count(status_file, written)
         await asyncio.sleep(0.01)
     await writer.close()
-    status_file.write_text(str(written))
+    publish_count(status_file, written)
+
+
+def publish_count(path: Path, count: int) -> None:
+    """Replace `path` with `count` atomically (a temp file renamed over it): a reader sees the old
+    complete value or the new one, never the empty or partial file that truncate-then-write exposes."""
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_text(str(count))
+    os.replace(temp, path)
+
+
+def read_count(path: Path) -> int:
+    """The count `publish_count` last wrote; raises if the file is missing or not a whole number, so a
+    failed read can never pass for a count of 0."""
+    text = path.read_text()
+    if not text.isdigit():
+        raise RuntimeError(f"{path} holds {text!r}, not a line count")
+    return int(text)
 
 
 # -- the dashboard in a pty -----------------------------------------------------------------------------
@@ -293,7 +310,7 @@ def live_phase(root: Path, jobs: int, rate: float, seconds: float) -> dict:
         cpu_detail = (dash.cpu_seconds() - cpu0) / (time.monotonic() - wall0)
         detail_latency = latencies(dash, sent)
         shown = max((int(e[2]) for e in dash.events() if e[1] == "transcript"), default=0)
-        written = int(Path(str(db) + ".written").read_text() or 0)
+        written = read_count(Path(str(db) + ".written"))
         # back to the overview (2,000 rows churning), clear the filter, and press there
         for key in (b"\x1b", b"\x1b"):
             dash.press(key)
