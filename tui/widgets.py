@@ -107,12 +107,18 @@ def cost_text(cost: float | None, partial: bool = False) -> str:
     return usd(cost, partial)
 
 
+@lru_cache(maxsize=65536)
+def _escaped(text: str) -> str:
+    """`escape`, remembered: a run's repos, agents and hosts repeat across its rows and rebuilds."""
+    return escape(text)
+
+
 def job_cells(job: JobView, selected: Sequence[str], now: float) -> dict[str, Any]:
     """The overview row of one job, by column key. Plain strings where they will do (DataTable
     renders only the visible ones; building 10,000 Text objects per rebuild is what costs), escaped
     because DataTable reads strings as markup; numbers padded to their column's width."""
     return {
-        "id": job.id, "repo": escape(job.repo), "agent": escape(job.agent), "where": escape(job.where),
+        "id": job.id, "repo": _escaped(job.repo), "agent": _escaped(job.agent), "where": _escaped(job.where),
         "state": state_text(job.state, job.category, short=True) if not job.queue else queue_state_text(job.queue),
         "tiers": tier_text(job.tier_display(selected)), "attempt": str(job.attempts) if job.attempts else "—",
         "tokens": f"{tokens_text(job.tokens):>6}", "cost": f"{job.cost_text:>8}",
