@@ -30,7 +30,6 @@ from textual.widgets.option_list import Option
 
 from ..engine.eventtext import gpu_use_text
 from ..engine.wording import counted
-from ..probes.audit import normalize_framework
 from . import data
 from .commands import BY_NAME, bindings_for, help_rows
 from .data import ALL_TIERS, Changes, JobView, RunFeed
@@ -606,6 +605,10 @@ def _framework_entry(observed: dict[str, Any], name: Any) -> dict[str, Any] | No
     table = observed.get("frameworks")
     if not isinstance(table, dict) or not isinstance(name, str):
         return None
+    # imported here: the audit module pulls in the census and classifier, ~0.1 s the dashboard's
+    # open would otherwise spend before its first frame, for a screen opened later if ever
+    from ..probes.audit import normalize_framework
+
     entry = table.get(normalize_framework(name))
     return entry if isinstance(entry, dict) else None
 

@@ -107,12 +107,18 @@ def cost_text(cost: float | None, partial: bool = False) -> str:
     return usd(cost, partial)
 
 
+@lru_cache(maxsize=65536)
+def _escaped(text: str) -> str:
+    """`escape`, remembered: a run's repos, agents and hosts repeat across its rows and rebuilds."""
+    return escape(text)
+
+
 def job_cells(job: JobView, selected: Sequence[str], now: float) -> dict[str, Any]:
     """The overview row of one job, by column key. Plain strings where they will do (DataTable
     renders only the visible ones; building 10,000 Text objects per rebuild is what costs), escaped
     because DataTable reads strings as markup; numbers padded to their column's width."""
     return {
-        "id": job.id, "repo": escape(job.repo), "agent": escape(job.agent), "where": escape(job.where),
+        "id": job.id, "repo": _escaped(job.repo), "agent": _escaped(job.agent), "where": _escaped(job.where),
         "state": state_text(job.state, job.category, short=True) if not job.queue else queue_state_text(job.queue),
         "tiers": tier_text(job.tier_display(selected)), "attempt": str(job.attempts) if job.attempts else "—",
         "tokens": f"{tokens_text(job.tokens):>6}", "cost": f"{job.cost_text:>8}",
@@ -258,6 +264,11 @@ class FitTable(DataTable):
         columns = [column.key for column in self.ordered_columns]
         names = [str(column.value) for column in columns]
         locations, data, row_map, new_rows, kept = self._row_locations, self._data, self.rows, self._new_rows, self._cells
+        # DataTable renders and measures every cell of every new row once (on idle) to size its
+        # auto-width columns and labels; a fitted table has neither (fixed widths, one-line rows
+        # without labels), so its new rows skip that pass: a 10,000-row table is sized by its row
+        # count alone, and only the rows on screen are ever rendered.
+        measured = any(column.auto_width for column in self.ordered_columns)
         was_empty = not row_map
         index = len(row_map)
         for key, cells in rows:
@@ -269,7 +280,8 @@ class FitTable(DataTable):
             index += 1
             data[row_key] = dict(zip(columns, map(cells.get, names)))
             row_map[row_key] = Row(row_key, 1, None, False)
-            new_rows.add(row_key)
+            if measured:
+                new_rows.add(row_key)
         self._require_update_dimensions = True
         self.cursor_coordinate = self.cursor_coordinate
         if was_empty and row_map and columns and self.show_cursor and self.cursor_type != "none":
