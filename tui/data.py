@@ -36,7 +36,7 @@ from ..engine.schema import SCHEMA_VERSION
 from ..engine.scorings import SCORINGS_SCHEMA, Scoring, list_scorings, resolve_scoring
 from ..engine.scorings import header as scoring_header
 
-if TYPE_CHECKING:  # imported lazily: engine.store pulls in sqlite_utils, engine.scoring the probes
+if TYPE_CHECKING:  # imported lazily: engine.store brings its writer's imports, engine.scoring the probes
     from ..engine.scoring import RunScores
     from ..engine.store import StoreReader
 
@@ -252,7 +252,7 @@ class FeedError(Exception):
 
 class Reader:
     """A read-only connection as engine.store.connect(readonly=True) opens it, without importing
-    engine.store (sqlite_utils and numpy: a quarter of a second of the dashboard's start-up)."""
+    engine.store, whose writer side (asyncio and the rest) the dashboard's start-up never needs."""
 
     def __init__(self, path: Path) -> None:
         if not Path(path).exists():
