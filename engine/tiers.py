@@ -349,7 +349,8 @@ class TierRunner:
             # The sandbox's own HOME, so packages the agent installed with `pip --user` are seen.
             env = sandbox.child_env(self._env("")) if hasattr(sandbox, "child_env") else None
         # Kept per job: a tier retry or a rescore of the job reuses a verdict whose inputs are unchanged.
-        reuse = ReuseStore(self.attempt.base.parent / "c0-reuse", f"attempt {self.attempt.number}")
+        number = self.attempt.recorded_number or self.attempt.number
+        reuse = ReuseStore(self.attempt.base.parent / "c0-reuse", f"attempt {number}")
         result = await run_c0(python, repo_dir, census, work_dir=self.attempt.base / "probes" / "c0",
                               timeout=timeout, env=env, reuse=reuse)
         evidence = asdict(result) | {"census": census.to_dict()}
