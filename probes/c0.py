@@ -65,7 +65,7 @@ from typing import Any
 
 from .capture import run_capped
 from . import localroots
-from .c0reuse import Answers, ReuseStore, record_answers, reuse_key
+from .c0reuse import Answers, ReuseStore, pth_targets, record_answers, reuse_key
 from .census import Census
 from .mirror import write_replay
 
@@ -426,7 +426,8 @@ async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path,
         if reuse is not None and answers is not None:
             settings = json.loads(config.read_text())
             extra = [Path(p) for env_ in settings["executionEnvironments"] for p in env_["extraPaths"]]
-            roots = [*(Path(p) for p in answers.paths), repo_dir, *dict.fromkeys(extra)]
+            roots = [*(Path(p) for p in answers.paths), *pth_targets(answers.paths), repo_dir,
+                     *dict.fromkeys(extra)]
             key = await asyncio.to_thread(reuse_key, answers=answers, roots=roots, config=config,
                                           census=census.to_dict(), command=command, pyright_version=version)
             kept = reuse.load(key)

@@ -10,7 +10,7 @@ record it could forge):
   query scripts, and pyright is then given a *replay interpreter* that repeats those recorded
   answers (:func:`resenv.probes.mirror.write_replay`): what pyright is told is exactly what is hashed;
 - the content of every file pyright reads under every root it resolves from (each search path, the
-  repo, the config's extra paths): pyright's import resolver reads only directory listings and the
+  directories its ``.pth`` files add, the repo, the config's extra paths): pyright's import resolver reads only directory listings and the
   text of ``.py`` / ``.pyi`` / ``.pth`` files and ``py.typed`` markers; every other file (a native
   module, data) it sees by its name and kind only. :func:`tree_digest` hashes every name and kind, and
   the bytes of every file of those kinds, following symlinks as pyright does (a directory reached twice
@@ -166,6 +166,28 @@ def tree_digest(roots: list[Path]) -> str:
         line("root", str(root))
         walk(os.path.abspath(root))
     return digest.hexdigest()
+
+
+def pth_targets(paths: list[str]) -> list[Path]:
+    """The directories the ``.pth`` files of the search `paths` add (an editable install's source,
+    anywhere on disk): pyright resolves from them too, so the key walks them as roots. A line that is
+    a comment or an ``import`` adds nothing, as for Python and pyright."""
+    found: list[Path] = []
+    for directory in paths:
+        try:
+            names = sorted(name for name in os.listdir(directory) if name.endswith(".pth"))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                lines = Path(directory, name).read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            for text in lines:
+                text = text.strip()
+                if text and not text.startswith(("#", "import ", "import\t")):
+                    found.append(Path(directory, text))  # an absolute line stays as it is
+    return found
 
 
 def probe_code_digest() -> str:

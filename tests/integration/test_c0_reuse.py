@@ -98,6 +98,20 @@ async def test_a_census_file_edited_in_the_checkout_is_judged_again(tmp_path, ve
     assert again.reused_from is None and pyright_ran(tmp_path, 2)
 
 
+async def test_a_module_added_under_a_pth_directory_is_judged_again(tmp_path, venv):
+    """An editable install's source lies wherever its ``.pth`` line points: the key walks it too."""
+    repo = make_repo(tmp_path / "repo")
+    source = tmp_path / "editable-src"
+    source.mkdir()
+    site = next((venv.parent.parent / "lib").glob("python3*/site-packages"))
+    (site / "editable.pth").write_text(f"{source}\n")
+    assert (await judge(venv, repo, tmp_path, 1)).missing == ["tomli"]
+    (source / "tomli.py").write_text("def load(handle): ...\n")
+    again = await judge(venv, repo, tmp_path, 2)
+    assert again.reused_from is None and pyright_ran(tmp_path, 2)
+    assert again.status == "pass", again.log_tail
+
+
 async def test_a_changed_rules_version_never_reuses(tmp_path, venv, monkeypatch):
     repo = make_repo(tmp_path / "repo")
     await judge(venv, repo, tmp_path, 1)
