@@ -107,6 +107,7 @@ class JobAttempt:
     pristine: Pristine | None = None
     tier_runner: TierRunner | None = None
     log_prefix: str = ""  # tier re-runs write their logs beside the kept attempt's, under their own names
+    recorded_number: int | None = None  # a tier re-run's own number in the store (`number` is the kept one's)
     scoring_id: int | None = None  # the scoring its tier results belong to; None: the run's original scoring
     _log_counter: int = field(default=0)
     agent_stop_reason: str | None = None  # issue 6: why the agent was stopped (budget:tokens, ...)

@@ -548,7 +548,8 @@ class Engine:
             )
             sink = EventSink(self.writer, self.run_id, job["id"], attempt_id)
             running.attempt = JobAttempt(self.ctx, job, kept["number"], attempt_id, lease, sink,
-                                         log_prefix=f"{work.log_prefix}{number}-", scoring_id=work.scoring_id)
+                                         log_prefix=f"{work.log_prefix}{number}-", scoring_id=work.scoring_id,
+                                         recorded_number=number)
             kind, data = work.announce
             sink.emit(kind, {**data, "kept_attempt": kept["number"]})
             outcome = await running.attempt.execute_tiers(work.tiers, self._original_tier_rows(job["id"]))

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..probes.audit import Observations, audit
 from ..probes.c0 import run_c0
+from ..probes.c0reuse import ReuseStore
 from ..probes.c2 import judge_c2, primary_framework, read_frameworks
 from ..probes.capture import last_json_line, read_tail
 from ..probes.census import Census
@@ -349,8 +350,11 @@ class TierRunner:
         else:
             # The sandbox's own HOME, so packages the agent installed with `pip --user` are seen.
             env = sandbox.child_env(self._env("")) if hasattr(sandbox, "child_env") else None
+        # Kept per job: a tier retry or a rescore of the job reuses a verdict whose inputs are unchanged.
+        number = self.attempt.recorded_number or self.attempt.number
+        reuse = ReuseStore(self.attempt.base.parent / "c0-reuse", f"attempt {number}")
         result = await run_c0(python, repo_dir, census, work_dir=self.attempt.base / "probes" / "c0",
-                              timeout=timeout, env=env)
+                              timeout=timeout, env=env, reuse=reuse)
         evidence = asdict(result) | {"census": census.to_dict()}
         if notes:
             evidence["import_map"] = list(notes)

@@ -59,13 +59,15 @@ import shutil
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .capture import run_capped
 from . import localroots
+from .c0reuse import Answers, ReuseStore, pth_targets, record_answers, reuse_key
 from .census import Census
+from .mirror import write_replay
 
 PYRIGHT_PIN = "1.1.414"  # keep equal to the `pyright==` pin in pyproject.toml
 INTERPRETER_TIMEOUT = 20.0
@@ -95,6 +97,7 @@ class C0Result:
     ignored: int = 0                 # diagnostics dropped: file not in the census, module unknown, relative
     pyright_s: float = 0.0           # how long the pyright process itself ran
     python_version: str | None = None  # what the interpreter printed for sys.version
+    reused_from: str | None = None   # set when pyright did not run: the verdict is the one kept by that attempt
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -345,7 +348,8 @@ def write_config(repo_dir: Path, files: list[str], work_dir: Path, excluded: lis
 
 
 async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path, timeout: float,
-                 env: Mapping[str, str] | None = None, pyright: Pyright | None = None) -> C0Result:
+                 env: Mapping[str, str] | None = None, pyright: Pyright | None = None,
+                 reuse: ReuseStore | None = None) -> C0Result:
     """Judge import closure of `repo_dir` (the agent's checkout) under interpreter `python`.
 
     `census` comes from the pinned commit; `work_dir` receives the pyright config and raw output
@@ -353,6 +357,11 @@ async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path,
     own short limit). `env`: the environment the interpreter normally runs in (e.g. the sandbox's,
     with its private HOME, so a user site-packages is seen as the agent left it); default ours.
     Never raises for anything the agent did; an unexpected error of our own is status ``error``.
+
+    `reuse`: where verdicts are kept between attempts of a job. With it, pyright is told the
+    interpreter's answers through a replay interpreter, and a verdict kept under the same key
+    (:mod:`resenv.probes.c0reuse`: everything pyright reads) is returned without running pyright,
+    with ``reused_from`` set.
     """
     started = time.monotonic()
     repo_dir = Path(repo_dir).absolute()
@@ -402,8 +411,32 @@ async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path,
                            log="\n".join(notes), python_version=python_version)
 
         config = write_config(repo_dir, present, work_dir, excluded, census)
-        command = [*tool.argv, "--outputjson", "--level", "warning", "--pythonpath", str(interpreter),
+        key: str | None = None
+        answers: Answers | None = None
+        pyright_python = interpreter
+        if reuse is not None:
+            answers = await record_answers(interpreter, answer, env=run_env, cwd=work_dir, timeout=INTERPRETER_TIMEOUT)
+            if answers is None:
+                notes.append("C0 reuse: the interpreter's answers are not what pyright accepts; judged without reuse")
+            else:
+                pyright_python = write_replay(work_dir / "answers", answers.version, answers.version_info,
+                                              answers.paths, answers.prefix)
+        command = [*tool.argv, "--outputjson", "--level", "warning", "--pythonpath", str(pyright_python),
                    "-p", str(config)]
+        if reuse is not None and answers is not None:
+            settings = json.loads(config.read_text())
+            extra = [Path(p) for env_ in settings["executionEnvironments"] for p in env_["extraPaths"]]
+            roots = [*(Path(p) for p in answers.paths), *pth_targets(answers.paths), repo_dir,
+                     *dict.fromkeys(extra)]
+            key = await asyncio.to_thread(reuse_key, answers=answers, roots=roots, config=config,
+                                          census=census.to_dict(), command=command, pyright_version=version)
+            kept = reuse.load(key)
+            if kept is not None:
+                earlier = C0Result.from_dict(kept["result"])
+                return replace(earlier, duration_s=round(time.monotonic() - started, 3), pyright_s=0.0,
+                               reused_from=str(kept.get("label")), command=command,
+                               log_tail=_tail(f"C0 reused the verdict of {kept.get('label')}: nothing pyright "
+                                              f"reads has changed (key {key[:16]})\n{earlier.log_tail}"))
         pyright_started = time.monotonic()
         json_path = work_dir / "pyright.json"
         try:
@@ -476,10 +509,13 @@ async def run_c0(python: str, repo_dir: Path, census: Census, *, work_dir: Path,
         if stderr.strip():
             notes.append(stderr.strip())
         status = "pass" if not missing and not missing_source else "fail"
-        return _result(census, status=status, category=None if status == "pass" else "deps_missing",
-                       missing=missing, missing_source=missing_source, command=command, started=started,
-                       version=version, interpreter_ok=True, log="\n".join(notes), ignored=ignored,
-                       python_version=python_version, pyright_s=pyright_s)
+        result = _result(census, status=status, category=None if status == "pass" else "deps_missing",
+                         missing=missing, missing_source=missing_source, command=command, started=started,
+                         version=version, interpreter_ok=True, log="\n".join(notes), ignored=ignored,
+                         python_version=python_version, pyright_s=pyright_s)
+        if reuse is not None and key is not None:
+            reuse.save(key, result.to_dict())
+        return result
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - our own bug: never zero-missing

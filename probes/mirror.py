@@ -63,6 +63,16 @@ def _replay_script(answers: Path) -> str:
     ])
 
 
+def write_replay(answers: Path, version: str, version_info: list[Any], paths: list[str], prefix: str) -> Path:
+    """A replay interpreter in `answers` (created) that tells pyright `version`, `version_info`, the
+    search `paths` and `prefix`, and nothing else: its path."""
+    answers.mkdir(parents=True, exist_ok=True)
+    (answers / "version.txt").write_text(version + "\n")
+    (answers / "version_info.json").write_text(json.dumps(version_info))
+    (answers / "search_paths.json").write_text(json.dumps({"path": paths, "prefix": prefix}))
+    return _write_interpreter(answers / "python", _replay_script(answers))
+
+
 def _failing_script(error: str) -> str:
     return "#!/bin/sh\ncat >&2 <<'RESENV_EOF'\n" + error.rstrip("\n") + "\nRESENV_EOF\nexit 1\n"
 
@@ -221,13 +231,8 @@ def build_mirror(archive: bytes, dest: Path) -> Mirror:
     root = dest / ROOT_MEMBER
     root.mkdir(exist_ok=True)
     paths, prefix, repo = facts["path"], facts["prefix"], facts["repo"]
-    answers = dest / "answers"
-    answers.mkdir()
-    (answers / "version.txt").write_text(facts["version"] + "\n")
-    (answers / "version_info.json").write_text(json.dumps(facts["version_info"]))
-    (answers / "search_paths.json").write_text(json.dumps({
-        "path": [str(under(root, p)) for p in paths], "prefix": str(under(root, prefix))}))
-    python = _write_interpreter(answers / "python", _replay_script(answers))
+    python = write_replay(dest / "answers", facts["version"], facts["version_info"],
+                          [str(under(root, p)) for p in paths], str(under(root, prefix)))
     notes = [f"import map recorded on the host: {facts.get('entries', '?')} entries"]
     if facts.get("truncated"):
         notes.append("the host's import map was cut at its entry limit: imports beyond it count as missing")

@@ -52,3 +52,32 @@ def test_tier_retry_reruns_one_probe_on_the_kept_state(tmp_path, cli_env):
 
     unknown = resenv("control", "retry", run_id, "one/a", "--tier", "C9", env=cli_env, cwd=tmp_path)
     assert unknown.returncode != 0 and "C9" in unknown.stderr
+
+
+def test_a_c0_retry_reuses_the_kept_verdict(tmp_path, cli_env):
+    """The engine keeps the post-agent state as the agent left it (a retry restores it), so nothing
+    pyright reads changes between retries here: each one reuses the first verdict, recorded as
+    reused in its evidence. What does change the key is tested in test_c0_reuse.py on real venvs."""
+    bench = write_benchmark(tmp_path, {"one": {"main.py": "import json\nimport tomli_not_installed\n"}},
+                            REPORTING_AGENT)
+    first = resenv("run", str(bench), "--tiers", "C0", "--display", "none", env=cli_env, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    db = Path(cli_env["RESENV_DB"])
+    run_id = db_rows(db, "SELECT id FROM runs")[0]["id"]
+
+    def last_c0() -> dict:
+        last = db_rows(db, "SELECT evidence_json FROM tier_results WHERE tier = 'C0' ORDER BY id DESC LIMIT 1")
+        return json.loads(last[0]["evidence_json"])
+
+    original = last_c0()
+    assert original["reused_from"] is None and original["pyright_s"] > 0
+    for _ in range(2):
+        queued = resenv("control", "retry", run_id, "one/a", "--tier", "C0", env=cli_env, cwd=tmp_path)
+        assert queued.returncode == 0, queued.stdout + queued.stderr
+        resumed = resenv("run", "--resume", run_id, "--display", "plain", env=cli_env, cwd=tmp_path)
+        assert resumed.returncode == 0, resumed.stderr
+        again = last_c0()
+        assert again["reused_from"] == "attempt 1", again["log_tail"]
+        assert again["pyright_s"] == 0.0  # pyright did not run
+        assert (again["status"], again["missing"]) == (original["status"], original["missing"]) == \
+            ("fail", ["tomli_not_installed"])

@@ -73,7 +73,7 @@ def make_runner(tmp_path: Path, report: Any = None, *, gpus: tuple[int, ...] = (
         ctx=ctx, job={"repo_id": "r", "id": 1}, lease=SimpleNamespace(gpus=gpus), pristine=pristine,
         sink=SimpleNamespace(emit=lambda kind, data: ctx.events.append((kind, data))),
         paths=SimpleNamespace(workdir=work, repo=work / "repo", report=work / "report.json"),
-        sandbox=SimpleNamespace(), base=tmp_path / "attempt")
+        sandbox=SimpleNamespace(), base=tmp_path / "attempt", number=1, recorded_number=None)
     runner = TierRunner(attempt, selected, DriverInfo("550.54", driver_cuda))  # type: ignore[arg-type]
     runner.state.report = load_report(work / "report.json", sandbox_root=work)
     python = (runner.state.report.report or {}).get("python_path")
