@@ -6,8 +6,8 @@ record it could forge):
 
 - the interpreter's answers. pyright asks the interpreter three questions (``sys.version``,
   ``sys.version_info``, its search paths and prefix); an agent's interpreter is any executable and
-  may answer differently each time. So :func:`record_answers` asks them once, with pyright's own
-  query scripts, and pyright is then given a *replay interpreter* that repeats those recorded
+  may answer differently each time. So :func:`record_answers` asks them once, the questions pyright
+  asks in our own words, and pyright is then given a *replay interpreter* that repeats those recorded
   answers (:func:`resenv.probes.mirror.write_replay`): what pyright is told is exactly what is hashed;
 - the content of every file pyright reads under every root it resolves from (each search path, the
   directories its ``.pth`` files add, the repo, the config's extra paths): pyright's import resolver reads only directory listings and the
@@ -45,14 +45,15 @@ SKIP_DIRS = (".git", "__pycache__")  # neither holds an importable module of a c
 ANSWER_BYTES = 4 * 2**20
 _PROBE_SOURCES = ("c0.py", "c0reuse.py", "mirror.py", "localroots.py", "census.py")
 
-# pyright's own query scripts (its host module), so the interpreter answers the same questions
-_PRELUDE = ["import os, os.path, sys",
-            "normalize = lambda p: os.path.normcase(os.path.normpath(p))",
-            "cwd = normalize(os.getcwd())",
-            'orig_sys_path = [p for p in sys.path if p != ""]',
-            'sys.path[:] = [p for p in sys.path if p != "" and normalize(p) != cwd]']
-PATH_QUERY = "; ".join([*_PRELUDE, "import sys, json", "json.dump(dict(path=orig_sys_path, prefix=sys.prefix), sys.stdout)"])
-VERSION_QUERY = "; ".join([*_PRELUDE, "import sys, json", "json.dump(tuple(sys.version_info), sys.stdout)"])
+# What pyright asks an interpreter, asked in our own words: the search path it would report (empty
+# entries dropped; the working directory kept if listed, yet never imported from while answering, so
+# a `json.py` in the repo cannot answer for it), its prefix, and its version.
+_ASK_SAFELY = ("import os, sys; here = os.path.normcase(os.path.normpath(os.getcwd())); "
+               "listed = [entry for entry in sys.path if entry]; "
+               "sys.path[:] = [entry for entry in listed if os.path.normcase(os.path.normpath(entry)) != here]; "
+               "import json; ")
+PATH_QUERY = _ASK_SAFELY + "json.dump({'path': listed, 'prefix': sys.prefix}, sys.stdout)"
+VERSION_QUERY = _ASK_SAFELY + "json.dump(list(sys.version_info), sys.stdout)"
 
 
 @dataclass(frozen=True)
