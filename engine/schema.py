@@ -229,6 +229,12 @@ MIGRATIONS: list[str] = [
     INSERT INTO scorings (run_id, number, label, rules_version, state, created_at, finished_at)
         SELECT id, 0, 'original', 'unknown (before versioning)', 'done', created_at, finished_at FROM runs;
     """,
+    # 5: what the dashboard and the report read of every tier result of a run (its verdicts, not their
+    # evidence), from the index alone: each row's evidence would otherwise be read with it (a finished
+    # 10,000-job run's 60,000 results took 0.16 s instead of 0.10 s to read).
+    """
+    CREATE INDEX tier_results_shown ON tier_results(run_id, scoring_id, id, job_id, attempt_id, tier, status);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
