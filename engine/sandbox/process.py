@@ -15,6 +15,7 @@ Output is read in fixed-size chunks (binary-safe, bounded memory), appended raw 
 from __future__ import annotations
 
 import asyncio
+import json
 import errno
 import logging
 import os
@@ -173,15 +174,51 @@ def kill_stale_group(pgid: int, workdir: Path) -> bool:
     return False
 
 
-def _namespace_gone(run: _Run) -> bool:
-    """Whether nothing of a bubblewrap command can be left, without scanning /proc (which costs more
-    than the command's own start): bubblewrap exited on its own, so its pid namespace ended first —
-    the kernel ends a namespace by killing every process in it and waiting for each to exit before
-    its init is reaped — and nothing in a namespace can leave it. Not so when bubblewrap was killed
-    (its init then dies after it, on the parent-death signal) or the command was stopped by us."""
-    code = run.proc.returncode
-    return run.namespaced and code is not None and code >= 0 and not run.killed and not run.timed_out \
-        and not any(_pid_alive(pid) for pid in run.gone_too())
+async def _wait_namespace_gone(run: _Run) -> bool:
+    """Wait until a bubblewrap command's pid namespace has ended; False when that cannot be told (no
+    namespace, bubblewrap killed before it named its init, the init still there after the wait).
+
+    bubblewrap may exit as soon as its command has, while the namespace's init is still ending it; the
+    kernel ends a namespace by killing every process in it (a `setsid` daemon too, which no scan of
+    the command's process group finds) and waiting for each before the init itself is gone. So the
+    init's end is the namespace's end, and this waits for it, cheaply, instead of scanning /proc."""
+    fd, run.status_fd = run.status_fd, None
+    if fd is None:
+        return False
+    try:
+        os.set_blocking(fd, False)
+        data = b""
+        try:
+            while chunk := os.read(fd, 65536):
+                data += chunk
+        except BlockingIOError:
+            pass
+    finally:
+        os.close(fd)
+    init = _namespace_init(data)
+    if init is None:
+        return False
+    deadline = time.monotonic() + KILL_WAIT_S
+    delay = 0.001
+    while _pid_alive(init):
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 0.05)
+    return True
+
+
+def _namespace_init(status: bytes) -> int | None:
+    """The host pid of the namespace's init, from bubblewrap's JSON status lines (None if absent)."""
+    for line in status.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        pid = record.get("child-pid") if isinstance(record, dict) else None
+        if isinstance(pid, int) and not isinstance(pid, bool) and pid > 0:
+            return pid
+    return None
 
 
 async def _wait_group_gone(pgid: int, limit_s: float, also: tuple[int, ...] = ()) -> bool:
@@ -205,6 +242,7 @@ class _Run(RunState):
     pgid: int
     namespaced: bool = False  # runs in its own pid namespace (bubblewrap)
     members: set[int] = field(default_factory=set)  # namespace processes seen when signalling
+    status_fd: int | None = None  # bubblewrap's --json-status-fd, read end: it names the namespace's init
 
     def gone_too(self) -> tuple[int, ...]:
         """Processes that must be gone, beside the group, before the exec returns."""
@@ -372,10 +410,14 @@ class ProcessSandbox:
             out_r, out_w = os.pipe()
             err_r, err_w = os.pipe()
             in_r, in_w = os.pipe() if stdin is not None else (None, None)
+            status_r, status_w = os.pipe() if self.isolation is not None else (None, None)
+            if status_w is not None:  # bubblewrap tells the host pid of its namespace's init there
+                args = [args[0], "--json-status-fd", str(status_w), *args[1:]]
             spawn_error: OSError | None = None
             try:
                 proc = await asyncio.create_subprocess_exec(
                     *args,
+                    pass_fds=(status_w,) if status_w is not None else (),
                     stdin=in_r if in_r is not None else subprocess.DEVNULL,
                     stdout=out_w,
                     stderr=err_w,
@@ -386,17 +428,17 @@ class ProcessSandbox:
             except OSError as exc:
                 spawn_error = exc
             except BaseException:
-                for fd in (out_r, err_r, in_w):
+                for fd in (out_r, err_r, in_w, status_r):
                     if fd is not None:
                         os.close(fd)
                 raise
             finally:
                 # The child has its copies; ours must go or EOF would never come.
-                for fd in (out_w, err_w, in_r):
+                for fd in (out_w, err_w, in_r, status_w):
                     if fd is not None:
                         os.close(fd)
             if spawn_error is not None:
-                for fd in (out_r, err_r, in_w):
+                for fd in (out_r, err_r, in_w, status_r):
                     if fd is not None:
                         os.close(fd)
                 rc = self._spawn_failure_code(spawn_error)
@@ -407,7 +449,7 @@ class ProcessSandbox:
                 return timer.result(rc, False, False)
 
             # start_new_session: the leader's pid is the pgid
-            run = _Run(proc=proc, pgid=proc.pid, namespaced=self.isolation is not None)
+            run = _Run(proc=proc, pgid=proc.pid, namespaced=self.isolation is not None, status_fd=status_r)
             if on_start is not None:
                 on_start(run.pgid)
             self._runs.add(run)
@@ -546,7 +588,8 @@ class ProcessSandbox:
                     await asyncio.wait_for(run.proc.wait(), KILL_WAIT_S)
                 except asyncio.TimeoutError:
                     log.warning("pid %d did not exit after SIGKILL", run.pgid)
-            if not _namespace_gone(run) and not await _wait_group_gone(run.pgid, KILL_WAIT_S, run.gone_too()):
+            if not await _wait_namespace_gone(run) and not await _wait_group_gone(run.pgid, KILL_WAIT_S,
+                                                                                 run.gone_too()):
                 log.warning("process group %d still has live processes after SIGKILL", run.pgid)
 
     async def _pump(self, run: _Run, reader: asyncio.StreamReader, sink: OutputSink) -> None:

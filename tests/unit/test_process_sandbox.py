@@ -554,8 +554,11 @@ async def test_nothing_of_a_namespaced_command_outlives_its_exec(tmp_path: Path,
     marker = f"resenv-leftover-{os.getpid()}-{time.monotonic_ns()}"
     try:
         for _ in range(5):
-            r = await box.exec(["sh", "-c", f"setsid sh -c 'sleep 1000; : {marker}' </dev/null >/dev/null 2>&1 &"
-                                " sleep 0.2; echo started"], log_prefix=logs / "ns", timeout=30)
+            # many of them, so the namespace takes a while to end: an exec that returned before its end
+            # would find some still alive
+            r = await box.exec(["sh", "-c", "for i in $(seq 30); do setsid sh -c 'sleep 1000; : " + marker + "'"
+                                " </dev/null >/dev/null 2>&1 & done; sleep 0.2; echo started"],
+                               log_prefix=logs / "ns", timeout=30)
             assert r.ok and r.stdout_path.read_bytes() == b"started\n"
             assert live_with(marker) == []
     finally:

@@ -40,7 +40,7 @@ def test_a_version_3_store_is_upgraded_and_reads_as_the_original_scoring(tmp_pat
     path = tmp_path / "old.db"
     v3_store(path)
     reader = StoreReader(path)  # upgrades in place
-    assert reader.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert reader.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert reader.rows("SELECT scoring_id FROM tier_results") == [{"scoring_id": None}] * 2
     scorings = list_scorings(reader.rows, "r1")
     assert [(s.number, s.label, s.rules_version, s.state) for s in scorings] == [(0, "original", UNKNOWN_RULES, "done")]
