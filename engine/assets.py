@@ -1,4 +1,4 @@
-"""Assets (issue 9): the weights and data files a repo's entrypoints need, cached per host before scoring.
+"""Assets: the weights and data files a repo's entrypoints need, cached per host before scoring.
 
 Why a cache filled before the run: probes must judge the agent's environment, not the network. So
 `resenv assets fetch` downloads every declared asset (pinned in benchmark.yaml) ahead of time, checks

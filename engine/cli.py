@@ -588,12 +588,12 @@ def prune(run_ref: str, db_path: Path | None) -> None:
         sys.exit(1)
 
 
-# issue 7: `resenv hosts check [BENCHMARK]`
+# `resenv hosts check [BENCHMARK]`: reach each host and report what it offers
 from .hostcheck import hosts_group  # noqa: E402
 
 main.add_command(hosts_group)
 
-# issue 9: `resenv assets fetch|status|pin`
+# `resenv assets fetch|status|pin`: fill and inspect the per-host asset cache before scoring
 from .assets_cli import assets_group  # noqa: E402
 
 main.add_command(assets_group)

@@ -49,7 +49,7 @@ class Fleet:
             await asyncio.gather(*(host.start() for host in ssh), return_exceptions=True)
             for host in ssh:
                 self._record(host, "up" if host.available() else "down", host.connection.reason)
-        await self._start_slurm()  # issue 10
+        await self._start_slurm()  # login node, cluster facts, the squeue poller
         for host in self.hosts:
             self._start_sampler(host)
         await self._docker_hygiene("reap")

@@ -58,7 +58,7 @@ class HostFacts:
     cuda_version: str | None = None
     gpu_state: str = "unknown"  # ok | no NVIDIA driver | nvidia-smi failed: ...
     docker: str | None = None  # server version, or None
-    slurm: dict[str, Any] | None = None  # issue 10: partition, nodes, GPUs per node, limits (slurm hosts)
+    slurm: dict[str, Any] | None = None  # partition, nodes, GPUs per node, limits (slurm hosts)
     docker_error: str | None = None
     image: str | None = None
     disk_free_gib: float | None = None
@@ -194,7 +194,7 @@ async def check_hosts(bench: Any, data_dir: Path, names: list[str] | None = None
     for name, spec in bench.hosts.items():
         if names and name not in names:
             continue
-        if spec.kind == "slurm":  # issue 10
+        if spec.kind == "slurm":  # a cluster: read through its Slurm CLI, not probed like a host
             from .slurm.check import slurm_host_facts
 
             longest = max(bench.defaults.timeouts.agent, *bench.defaults.tier_timeouts.model_dump().values())
@@ -212,7 +212,7 @@ async def check_hosts(bench: Any, data_dir: Path, names: list[str] | None = None
 
 def format_facts(facts: HostFacts) -> list[str]:
     """Human lines for one host (the CLI prints them)."""
-    if facts.kind == "slurm":  # issue 10
+    if facts.kind == "slurm":  # partition, nodes and limits, not a host's GPUs and driver
         from .slurm.check import format_slurm
 
         return format_slurm(facts)

@@ -48,7 +48,7 @@ class Host:
     busy_slots: int = 0
     leased_gpus: set[int] = field(default_factory=set)
     _driver: DriverInfo | None = field(default=None, repr=False)
-    spec: Any = field(default=None, repr=False)  # issue 7: the host's spec (sandbox kind, image, limits)
+    spec: Any = field(default=None, repr=False)  # the host's spec (sandbox kind, image, limits)
 
     gpus_shared = False  # True where the host's own scheduler hands out the GPUs and a lease takes none
 
@@ -75,7 +75,7 @@ class Host:
         return self._driver
 
     def sandbox(self, workdir: Path, **job: Any) -> ProcessSandbox:
-        # issue 7: `job` (lease, attempt, reopen) lets container sandboxes label and size themselves.
+        # `job` (lease, attempt, reopen) lets container sandboxes label and size themselves.
         if getattr(self, "spec", None) is not None and getattr(self.spec, "sandbox", "process") == "docker":
             from .sandbox.docker import DockerSandbox
 
@@ -99,7 +99,7 @@ class Host:
                          devices=tuple(options.devices))
 
     def available(self) -> bool:
-        """Whether the scheduler may place work here now (issue 7: an SSH host that is down may not)."""
+        """Whether the scheduler may place work here now (an SSH host that is down may not)."""
         return True
 
 
@@ -163,12 +163,12 @@ def build_hosts(host_specs: dict[str, Any]) -> list[Host]:
     """Hosts from the spec's `hosts:` entries; `gpus: auto` asks the local driver."""
     hosts: list[Host] = []
     for name, spec in host_specs.items():
-        if spec.kind == "ssh":  # issue 7
+        if spec.kind == "ssh":  # imported here: hosts_ssh imports this module (and asyncssh)
             from .hosts_ssh import build_ssh_host
 
             hosts.append(build_ssh_host(name, spec))
             continue
-        if spec.kind == "slurm":  # issue 10: the cluster's scheduler owns the GPUs
+        if spec.kind == "slurm":  # the cluster's scheduler owns the GPUs
             from .slurm.host import build_slurm_host
 
             hosts.append(build_slurm_host(name, spec))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .agents import AgentAdapter, JobPaths
-from .agents.session import AgentSession  # issue 6: usage, cost, budgets, completion
+from .agents.session import AgentSession  # LLM agents: usage, cost, budgets, completion
 from .censuses import CensusCache
 from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv, git_fatal_line, submodules_argv
 from .hosts import Lease
@@ -27,7 +27,7 @@ from .integrity import verify_checkout
 from .output import OutputBudget, limits_of
 from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError, is_remote
 from .sandbox.isolation import env_paths, path_exists
-from .secrets import redact_files, redact_obj  # issue 6: secrets never reach the store
+from .secrets import redact_files, redact_obj  # agents' secrets never reach the store
 from .store import StoreWriter, disk_failure
 from .tiers import PROBE_TIERS, TierRunner, tail_text
 
@@ -65,7 +65,7 @@ class EventSink:
     def emit(self, kind: str, data: dict[str, Any]) -> int | None:
         """Queue one event; returns the length of its JSON (what the output budget counts)."""
         self.seq += 1
-        data = redact_obj(data)  # issue 6: no-op unless an agent has secrets
+        data = redact_obj(data)  # no-op unless an agent has secrets
         return self.writer.event(
             self.run_id, kind, data, job_id=self.job_id, attempt_id=self.attempt_id, seq=self.seq
         )
@@ -110,7 +110,7 @@ class JobAttempt:
     recorded_number: int | None = None  # a tier re-run's own number in the store (`number` is the kept one's)
     scoring_id: int | None = None  # the scoring its tier results belong to; None: the run's original scoring
     _log_counter: int = field(default=0)
-    agent_stop_reason: str | None = None  # issue 6: why the agent was stopped (budget:tokens, ...)
+    agent_stop_reason: str | None = None  # why the agent was stopped (budget:tokens, ...)
     _output: OutputBudget | None = field(default=None)
 
     @property
@@ -146,7 +146,7 @@ class JobAttempt:
             # The agent phase has no wall-clock wrapper: its exec deadline counts active time, so
             # pausing a job never times it out.
             await self._phase("agent", None, self._agent)
-            if (checkpoint := getattr(self.sandbox, "checkpoint", None)) is not None:  # issue 7: docker commit
+            if (checkpoint := getattr(self.sandbox, "checkpoint", None)) is not None:  # docker: commit the state the tiers re-run from
                 await checkpoint()
             if self.ctx.tiers:
                 self.tier_runner = TierRunner(self, self.ctx.tiers, self.lease.host.driver())
@@ -158,7 +158,7 @@ class JobAttempt:
         finally:
             await asyncio.shield(self._teardown())
         if outcome.state == "done" and outcome.reason is None:
-            outcome.reason = self.agent_stop_reason  # issue 6: a stopped agent is a result, with its why
+            outcome.reason = self.agent_stop_reason  # a stopped agent is a result, with its why
         return outcome
 
     async def execute_tier(self, tier: str, previous: dict[str, Any]) -> AttemptOutcome:
@@ -196,7 +196,7 @@ class JobAttempt:
         """A sandbox over the kept work dir, and the pristine copy the census reads."""
         if not self.paths.workdir.is_dir():
             raise AttemptError(f"the kept state of attempt {self.number} is gone: {self.paths.workdir}", "infra")
-        self.sandbox = self.lease.host.sandbox(self.paths.workdir, lease=self.lease, attempt=self, reopen=True)  # issue 7
+        self.sandbox = self.lease.host.sandbox(self.paths.workdir, lease=self.lease, attempt=self, reopen=True)
         repo = self.ctx.suite.repo(self.job["repo_id"])
         source = repo.source
         local = (self.ctx.bench.base_dir / source.path).resolve() if getattr(source, "path", None) else None
@@ -242,7 +242,7 @@ class JobAttempt:
             )
 
     async def _within(self, body: Callable[[], Awaitable[None]], timeout: float | None) -> None:
-        """Run a phase under its timeout; time its commands spent queued (issue 10: a Slurm queue) is not counted."""
+        """Run a phase under its timeout; time its commands spent queued (in a Slurm queue) is not counted."""
         queued = getattr(self.sandbox, "queued_s", None)
         if timeout is None or queued is None:
             await asyncio.wait_for(body(), timeout=timeout)
@@ -268,7 +268,7 @@ class JobAttempt:
     async def _provision(self) -> None:
         paths = self.paths
         (self.base / "logs").mkdir(parents=True, exist_ok=True)
-        self.sandbox = self.lease.host.sandbox(paths.workdir, lease=self.lease, attempt=self)  # issue 7: labels, GPUs
+        self.sandbox = self.lease.host.sandbox(paths.workdir, lease=self.lease, attempt=self)  # lease/attempt: containers' labels and GPUs
 
     async def _checkout(self) -> None:
         repo = self.ctx.suite.repo(self.job["repo_id"])
@@ -283,7 +283,7 @@ class JobAttempt:
             raise AttemptError(str(error), error.category) from error
         self.pristine = pristine
         self.sink.emit("checkout", {"commit": pristine.commit, "pristine": str(pristine.path)})
-        if (stage := getattr(self.sandbox, "stage_pristine", None)) is not None:  # issue 7: remote/container
+        if (stage := getattr(self.sandbox, "stage_pristine", None)) is not None:  # remote/container: copy the pristine repo there
             await stage(pristine.path)
         # The sandbox's uid may not own the engine's pristine copy, which git then refuses to read;
         # only the checkout's own commands are told to trust it.
@@ -316,7 +316,7 @@ class JobAttempt:
 
     async def _agent(self) -> None:
         adapter = self.ctx.agents[self.job["agent"]]
-        session = AgentSession(self, adapter)  # issue 6: version, prompt, secrets, usage, budgets
+        session = AgentSession(self, adapter)  # version, prompt, secrets, usage, budgets
         command = await session.prepare()
         if command is None:  # the run's dollar budget is spent: the agent does not start
             self.agent_stop_reason = session.stop_reason

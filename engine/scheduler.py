@@ -24,7 +24,7 @@ from .agents import adapter_for
 from .checkout import PristineCache
 from .controls import ControlApplier
 from .durations import DurationEstimates, attempt_history, timeout_bound
-from .fleet import start_fleet, stop_fleet  # issue 7
+from .fleet import start_fleet, stop_fleet  # SSH connections, host states, GPU telemetry
 from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
 from .output import ROW_OVERHEAD, OutputBudget, limits_of

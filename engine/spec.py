@@ -37,12 +37,12 @@ Schema (version 1)::
         kind: local                  # local | ssh | slurm
         slots: 2                     # concurrent jobs on this host, int >= 1
         gpus: auto                   # "auto" (detect), a count >= 0, or a list of unique GPU ids
-        sandbox: process             # issue 7: process | docker (docker needs image:)
+        sandbox: process             # process | docker (docker needs image:)
         image: null                  # docker: an image present on the host (never pulled)
         docker: {network: none, cpus: null, memory_mib: null, pids: 4096, shm_mib: 2048,
                  memlock: -1, user: null}   # network: none | host (never a bridge)
       gpu-box:
-        kind: ssh                    # issue 7: public-key auth only, one multiplexed connection
+        kind: ssh                    # public-key auth only, one multiplexed connection
         address: 10.0.0.5            # host name or IP
         port: 22
         user: null                   # default: the engine's user
@@ -53,7 +53,7 @@ Schema (version 1)::
         slots: 2, gpus: auto, sandbox: process, image: null, docker: {...}   # as for local
                                      # paths on the host mirror the engine's data dir
       cluster:
-        kind: slurm                  # issue 10: one Slurm job per sandbox command (docs/slurm.md)
+        kind: slurm                  # one Slurm job per sandbox command (docs/slurm.md)
         partition: null              # default: the cluster's default partition
         account: null, qos: null
         gpus: auto                   # most GPUs one node gives a job ("auto": read from the partition)
@@ -120,7 +120,7 @@ Schema (version 1)::
               # gpus: cpu must be 0, single_gpu must be 1 (default), multi_gpu >= 2 (default 2)
               # timeout optional: falls back to defaults.tier_timeouts C1 / C3 / C4
             not_applicable: {single_gpu: "no GPU code path", multi_gpu: "no GPU code path"}
-            assets:                  # issue 9, optional: what the entrypoints need, pinned
+            assets:                  # optional: what the entrypoints need, pinned
               - {kind: hf, repo: <org/name>, revision: <40-hex>, size: <bytes>,
                  repo_type: model, files: [], dest: null}   # dest: relative to the checkout
               - {kind: url, url: <url>, sha256: <64-hex>, size: <bytes>, dest: null}
@@ -372,7 +372,7 @@ Command = Annotated[
 ]
 
 
-# ---- issue 6 (LLM agents): prompt templates and secret names ---------------------------------------
+# --------------------------------------------------------------------------- LLM agents: prompt templates and secret names
 PROMPT_FIELDS: frozenset[str] = frozenset({"schema"})
 """Placeholders a prompt may use beyond TEMPLATE_FIELDS: {schema}, the report's fields."""
 
@@ -393,7 +393,6 @@ def _check_prompt(template: str) -> str:
 
 PromptText = Annotated[str, Strict(), AfterValidator(_non_empty), AfterValidator(_check_prompt)]
 EnvName = Annotated[str, Strict(), AfterValidator(_env_name)]
-# ---- end issue 6 ------------------------------------------------------------------------------------
 
 
 # --------------------------------------------------------------------------- base model
@@ -546,7 +545,7 @@ class Defaults(SpecModel):
     retries: Retries = Field(default_factory=Retries)
     output: OutputLimits = Field(default_factory=OutputLimits)
     prices: dict[StrictText, Price] = Field(default_factory=dict)
-    prompt: PromptText | None = None  # issue 6: the task prompt (None: engine/agents/prompt.py's)
+    prompt: PromptText | None = None  # the task prompt of LLM/command agents (None: engine/agents/prompt.py's)
 
 
 # --------------------------------------------------------------------------- hosts and agents
@@ -558,7 +557,7 @@ def _kind_tag(value: Any) -> str | None:
     return f"kind={kind}" if isinstance(kind, str) else None
 
 
-# ---- issue 7 (docker sandboxes, ssh hosts) ---------------------------------------------------------
+# --------------------------------------------------------------------------- docker sandboxes, ssh hosts
 
 
 class DockerOptions(SpecModel):
@@ -635,10 +634,7 @@ class SshHost(_SandboxChoice):
     max_sessions: PositiveInt = 10  # the server's MaxSessions (OpenSSH default 10)
 
 
-# ---- end issue 7 ------------------------------------------------------------------------------------
-
-
-# ---- issue 10 (slurm hosts) -------------------------------------------------------------------------
+# --------------------------------------------------------------------------- slurm hosts
 def _gpu_count_or_auto(value: Any) -> Any:
     if value == "auto" and isinstance(value, str):
         return "auto"
@@ -711,7 +707,6 @@ Host = Annotated[
     Discriminator(_kind_tag, custom_error_type="unknown_kind",
                   custom_error_message="known host kinds: local, ssh, slurm"),
 ]
-# ---- end issue 10 -----------------------------------------------------------------------------------
 
 
 class Runnable(SpecModel):
@@ -733,7 +728,7 @@ class Runnable(SpecModel):
         return {name: render(value, values) for name, value in self.env.items()}
 
 
-# ---- issue 6 (LLM agents): secrets, prompt, claude-code and codex ----------------------------------
+# --------------------------------------------------------------------------- LLM agents: secrets, prompt, claude-code and codex
 
 
 class AgentExtras(SpecModel):
@@ -791,9 +786,6 @@ class CodexAgent(CliAgentSpec):
     config: dict[StrictText, CodexConfigValue] = Field(default_factory=dict)
 
 
-# ---- end issue 6 ------------------------------------------------------------------------------------
-
-
 class CommandAgent(Runnable, AgentExtras):
     """Any CLI: runs `command` in the job's work dir, then reads the report it wrote."""
 
@@ -817,8 +809,8 @@ Agent = Annotated[
     Union[
         Annotated[CommandAgent, Tag("kind=command")],
         Annotated[BaselineAgent, Tag("kind=baseline")],
-        Annotated[ClaudeCodeAgent, Tag("kind=claude-code")],  # issue 6
-        Annotated[CodexAgent, Tag("kind=codex")],  # issue 6
+        Annotated[ClaudeCodeAgent, Tag("kind=claude-code")],
+        Annotated[CodexAgent, Tag("kind=codex")],
     ],
     Discriminator(_kind_tag, custom_error_type="unknown_kind",
                   custom_error_message="known agent kinds: command, baseline, claude-code, codex"),
@@ -935,7 +927,7 @@ class NotApplicable(SpecModel):
     multi_gpu: Text | None = None
 
 
-# ---- issue 9 (paper suite assets) ---------------------------------------------------------------
+# --------------------------------------------------------------------------- repo assets (weights and data, pinned)
 _SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
@@ -1003,7 +995,6 @@ Asset = Annotated[
     Discriminator(_kind_tag, custom_error_type="unknown_kind",
                   custom_error_message="known asset kinds: hf, url"),
 ]
-# ---- end issue 9 --------------------------------------------------------------------------------
 
 
 class RepoTask(SpecModel):
@@ -1012,7 +1003,7 @@ class RepoTask(SpecModel):
     category: Text = "uncategorized"
     entrypoints: Entrypoints = Field(default_factory=Entrypoints)
     not_applicable: NotApplicable = Field(default_factory=NotApplicable)
-    assets: tuple[Asset, ...] = ()  # issue 9: weights/data the entrypoints need, pinned
+    assets: tuple[Asset, ...] = ()  # weights/data the entrypoints need, pinned
     # Assets an entrypoint is known to need that are not pinned yet (a hub repo or a URL, named for the
     # record): nothing fetches them, and the plan names them so that no one reads "none declared" as
     # "none needed". Pinning one (`resenv assets pin`) moves it to `assets:`.

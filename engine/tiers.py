@@ -32,7 +32,7 @@ from ..probes.outcome import BAD_INTERPRETER, interpreter_problem, uncaught_exce
 from ..probes.kit import SCRIPTS, script_source
 from ..probes.mirror import Mirror, build_mirror, failed_mirror
 from ..probes.report import ReportLoad, load_report
-from .assets import AssetCache, missing_indexes, presence_script  # issue 9
+from .assets import AssetCache, missing_indexes, presence_script
 from .gpuinfo import DriverInfo, cuda_supported
 from .gpuwatch import GpuUse, watch_for
 from .integrity import HOST_PATH, exit_canary, secure
@@ -116,7 +116,7 @@ class TierRunner:
             self.state.results[tier] = TierResult(tier, row["status"], row["category"])
         self.repo = attempt.ctx.suite.repo(attempt.job["repo_id"])
         self.bench = attempt.ctx.bench
-        self._assets_missing: list[str] | None = None  # issue 9: checked once, before the first entrypoint
+        self._assets_missing: list[str] | None = None  # declared assets absent from the cache: checked once, before the first entrypoint
 
     # -- orchestration ----------------------------------------------------------------------
     async def run_probes(self) -> None:
@@ -195,7 +195,7 @@ class TierRunner:
         if python is None:
             return
         target = Path(python)
-        if (path_status := getattr(sandbox, "path_status", None)) is not None:  # issue 7: remote/container
+        if (path_status := getattr(sandbox, "path_status", None)) is not None:  # remote/container: ask where it runs
             self.state.python_exists, self.state.python_executable = await path_status(python)
         else:
             self.state.python_exists = target.exists()
@@ -413,7 +413,7 @@ class TierRunner:
             return missing
         if (failed := self._no_interpreter(tier)) is not None:
             return failed
-        if (unready := await self._assets_unready(tier)) is not None:  # issue 9
+        if (unready := await self._assets_unready(tier)) is not None:  # a missing asset is an infra error
             return unready
         paths = self.attempt.paths
         host_ids = ",".join(map(str, gpus))
@@ -423,7 +423,7 @@ class TierRunner:
             "python": self.state.python or "", "gpus": renumber(host_ids) if renumber else host_ids,
             "ngpus": str(len(gpus)),
         }
-        extra = self._asset_cache().probe_env() | spec.render_env(values)  # issue 9: offline, on the cache
+        extra = self._asset_cache().probe_env() | spec.render_env(values)  # hub libraries offline, reading the asset cache
         if tier == "C4":
             extra = {"NCCL_DEBUG": "WARN", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), **extra}
         argv = spec.argv(values)
@@ -462,7 +462,7 @@ class TierRunner:
             evidence["reason"] = verdict.reason
         return TierResult(judged.tier, verdict.status, verdict.category, evidence)
 
-    # -- issue 9: assets, fetched before scoring ----------------------------------------------
+    # -- assets, fetched before scoring ------------------------------------------------------
     def _asset_cache(self) -> AssetCache:
         return AssetCache.for_run(self.attempt.ctx.run_dir)
 

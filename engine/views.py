@@ -78,7 +78,7 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
             (run_id,),
         )
     }
-    spend = {  # issue 6: tokens and dollars of every attempt of each job
+    spend = {  # LLM agents: tokens and dollars of every attempt of each job
         row["job_id"]: row for row in reader.rows(
             "SELECT job_id, SUM(input_tokens + cached_input_tokens + cache_write_tokens + output_tokens) AS tokens,"
             " SUM(cost_usd) AS cost, COUNT(cost_usd) AS priced, COUNT(*) AS n FROM usage WHERE run_id = ?"

@@ -121,7 +121,7 @@ class JobView:
     attempt_id: int | None = None  # the current (or latest known) attempt
     tokens: int = 0
     cost: float | None = None  # None: unknown (no usage, or none of it priced)
-    queue: str | None = None  # issue 10: "slurm PD Resources" while a command waits in the cluster's queue
+    queue: str | None = None  # "slurm PD Resources" while a command waits in the cluster's queue
 
     cost_partial: bool = False  # some tokens had no price: `cost` is a lower bound
     category: str | None = None  # why a job in `error` ended (engine/outcomes.py)
@@ -425,7 +425,7 @@ class RunFeed:
             " GROUP BY u.job_id", (self.run_id,)
         ):
             usage[job_id] = (tokens or 0, *spend(cost, priced, n))
-        queues: dict[int, str | None] = {}  # issue 10: the latest Slurm state of each running attempt's command
+        queues: dict[int, str | None] = {}  # the latest Slurm state of each running attempt's command
         for job_id, (attempt_id, _) in running.items():
             latest = db.conn.execute("SELECT data FROM events WHERE attempt_id = ? AND kind = 'slurm'"
                                      " ORDER BY seq DESC LIMIT 1", (attempt_id,)).fetchone()
@@ -587,7 +587,7 @@ class RunFeed:
         tier_updates: dict[int, list[tuple[int | None, str, str]]] = {}
         phases: dict[int, tuple[int | None, str | None]] = {}
         new_attempts: dict[int, int | None] = {}
-        queues: dict[int, str | None] = {}  # issue 10
+        queues: dict[int, str | None] = {}  # job id -> its command's Slurm queue state (None: not queued)
         spent: set[int] = set()  # jobs whose usage rows a session rewrote
         watch_lines: list[str] = []
         watch = self._watch_job
@@ -629,7 +629,7 @@ class RunFeed:
                         phases.pop(job_id, None)
                         tier_updates.pop(job_id, None)
                     queues[job_id] = None
-                elif kind == "slurm":  # issue 10: a command of the job waits in (or left) the cluster's queue
+                elif kind == "slurm":  # a command of the job waits in (or left) the cluster's queue
                     queues[job_id] = queue_text(_loads(text))
             if len(rows) < EVENTS_PER_POLL:
                 break

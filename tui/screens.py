@@ -903,7 +903,7 @@ class JobScreen(DashScreen):
         if job.phase and job.state in ("running", "paused"):
             line.append("  phase ", "grey62")
             line.append(job.phase, "bold cyan")
-        if job.queue:  # issue 10: waiting in the cluster's queue, and why
+        if job.queue:  # waiting in the cluster's queue, and why
             line.append(f"  {job.queue}", "bold yellow")
         line.append("  elapsed ", "grey62")
         line.append(duration(job.elapsed()), "bold")

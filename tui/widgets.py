@@ -80,7 +80,7 @@ def state_text(state: str, category: str | None = None, short: bool = False) -> 
 
 @lru_cache(maxsize=256)
 def queue_state_text(queue: str) -> Text:
-    """issue 10: a running job whose command waits in a Slurm queue, by the reason the column has room
+    """A running job whose command waits in a Slurm queue, by the reason the column has room
     for (`⧗ Resources`); the job's header shows the whole state."""
     code, _, reason = queue.removeprefix("slurm ").partition(" ")
     shown = reason or {"PD": "in queue", "S": "suspended"}.get(code, code)

@@ -570,7 +570,7 @@ class DockerSandbox:
             raise SandboxError(f"{rel_path!r} is more than max_bytes={max_bytes}")
         return data
 
-    # -- issue 7 hooks (lifecycle and tiers) -----------------------------------------------------
+    # -- optional hooks the lifecycle and tiers look for: the container cannot see the engine's files ----
     async def stage_pristine(self, path: Path) -> None:
         if str(path) not in self._staged:
             await self.put_abs(Path(path))

@@ -412,7 +412,7 @@ class RemoteProcessSandbox:
             raise SandboxError(f"{rel_path!r} is more than max_bytes={max_bytes}")
         return data
 
-    # -- issue 7 hooks used by the lifecycle and the tiers -----------------------------------
+    # -- optional hooks the lifecycle and tiers look for: the host cannot see the engine's files ---------
     async def stage_pristine(self, path: Path) -> None:
         """Make the run's pristine bare repo exist on the host at the same path (once per host)."""
         await self.host.stage_pristine(Path(path))

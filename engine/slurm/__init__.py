@@ -1,4 +1,4 @@
-"""Slurm hosts: resenv hands its sandbox commands to a cluster's own scheduler (issue 10).
+"""Slurm hosts: resenv hands its sandbox commands to a cluster's own scheduler.
 
 * ``states``  — Slurm job states and exit codes, decoded into what resenv means by them.
 * ``client``  — the Slurm CLI (sbatch, squeue, scontrol, scancel, sacct, sinfo), run locally or on an

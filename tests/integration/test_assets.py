@@ -1,4 +1,4 @@
-"""Assets end to end (issue 9): the real CLI and engine, the real huggingface_hub client against a fake hub
+"""Assets end to end: the real CLI and engine, the real huggingface_hub client against a fake hub
 on loopback, a loopback URL host, and (where sshd is available) a real SSH host that sees nothing of
 the engine's data dir, and a private dockerd whose containers see nothing of the host.
 

@@ -1,4 +1,4 @@
-"""The docker sandbox against a real, private dockerd (issue 7), and jobs end to end in containers.
+"""The docker sandbox against a real, private dockerd, and jobs end to end in containers.
 
 The daemon is started by the fixture with its own socket, data root, exec root and pidfile, no bridge
 and no iptables; the image is made from this machine's own files (tests/docker_rig.py); nothing is

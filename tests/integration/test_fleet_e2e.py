@@ -1,6 +1,6 @@
-"""Issue 7's whole picture in one benchmark.yaml: the starter suite across the local host, a docker
-host and two SSH hosts (each in its own network namespace, with its own sshd), `resenv hosts check`
-explaining every host, and one SSH host killed mid-run without losing a job.
+"""Remote hosts and containers together in one benchmark.yaml: the starter suite across the local
+host, a docker host and two SSH hosts (each in its own network namespace, with its own sshd),
+`resenv hosts check` explaining every host, and one SSH host killed mid-run without losing a job.
 
 The agent is the built-in baseline in offline mode (the namespaces reach no package index, and the
 docker host's containers have no network): each repo is judged by the same rules wherever it ran,

@@ -1,4 +1,4 @@
-"""Slurm hosts against a real cluster (issue 10): Debian's slurmctld + two slurmd "nodes" + munged,
+"""Slurm hosts against a real cluster: Debian's slurmctld + two slurmd "nodes" + munged,
 private to the test (tests/slurm_rig.py), with two fake GPUs per node declared as GRES.
 
 These drive the client, the poller and the sandbox directly; test_slurm_e2e.py runs the engine.

@@ -1,4 +1,4 @@
-"""The engine on a real Slurm cluster (issue 10): the starter suite end to end through a `kind: slurm`
+"""The engine on a real Slurm cluster: the starter suite end to end through a `kind: slurm`
 host, GPU tiers asking for exactly their `--gres`, the Slurm queue reason in the store and the
 dashboard, and an operator's cancel reaching `scancel`. The cluster is tests/slurm_rig.py's."""
 

@@ -1,4 +1,4 @@
-"""SSH hosts end to end with real OpenSSH servers and the real engine (issue 7).
+"""SSH hosts end to end with real OpenSSH servers and the real engine.
 
 * loopback: one sshd on 127.0.0.1 whose mount namespace hides the engine's data dir behind a tmpfs,
   so checkout, agent, probes and report really travel over SSH (nothing is shared by accident);

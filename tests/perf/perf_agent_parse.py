@@ -1,6 +1,6 @@
 """Agent stream parsing speed, and the engine's memory while it ingests a 100 MB transcript.
 
-Targets (issue 6): parsing >= 20,000 stream lines/s per agent; a 100 MB transcript ingested with
+Targets: parsing >= 20,000 stream lines/s per agent; a 100 MB transcript ingested with
 the engine's RSS <= 250 MB.
 
 1. **Parse throughput**, per agent kind (claude-code, codex, command jsonl): the lines of the

@@ -13,10 +13,10 @@ shared memory), the raw log's size and lines, what the store kept (events, their
 omitted counter, and the rates (raw MB/s, lines/s the engine read).
 
 The default agent timeout (``defaults.timeouts.agent``) is 3600 s, far over this script's ~2 minute
-limit, so --seconds defaults to 90 s, the flood the issue was reported with. How it scales to the
-whole default timeout: the RSS is flat after the first seconds (compare the quarters), the DB is
-fixed by the budget whatever the duration, and the raw log grows linearly at the printed MB/s (the
-script prints its size extrapolated to 3600 s); `--seconds 3600` measures it for real.
+limit, so --seconds defaults to 90 s. How it scales to the whole default timeout: the RSS is flat
+after the first seconds (compare the quarters), the DB is fixed by the budget whatever the duration,
+and the raw log grows linearly at the printed MB/s (the script prints its size extrapolated to
+3600 s); `--seconds 3600` measures it for real.
 
     .venv/bin/python tests/perf/perf_output_flood.py [--seconds 90] [--head-bytes N] [--tail-bytes N] [--keep]
 """

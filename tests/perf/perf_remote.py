@@ -1,4 +1,4 @@
-"""Remote hosts and containers (issue 7): three figures against their targets.
+"""Remote hosts and containers: three figures against their targets.
 
 1. **SSH round trip**: `SshConnection.run("true")` over one warm connection to a real sshd on
    loopback (tests/sshd_rig.py), 300 times. Target: median <= 20 ms.

@@ -1,4 +1,4 @@
-"""`resenv report` on a finished run of 10,000 jobs: target ≤ 2 s (issue 3).
+"""`resenv report` on a finished run of 10,000 jobs: target ≤ 2 s.
 
 Builds a store with one run of 10,000 jobs (1,000 repos × 10 agents), each with six tier results
 whose evidence has the shape real probes write (C0 census and missing lists, C5 hallucinations),

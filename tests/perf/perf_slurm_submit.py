@@ -1,4 +1,4 @@
-"""Slurm submission and status at scale (issue 10), against a private real cluster (tests/slurm_rig.py).
+"""Slurm submission and status at scale, against a private real cluster (tests/slurm_rig.py).
 
 1. Submit: 500 jobs through `SlurmHost.submit` — resenv's own batch script and sbatch options, at most
    `SUBMIT_CONCURRENCY` sbatch calls at once, backoff on controller errors — all held (`--hold`), so

@@ -15,7 +15,7 @@ Phase 2, finished: opening a finished run of 10,000 jobs (60,000 tier results), 
 of `resenv-tui` to the first frame that shows the whole jobs table (median of 5), with the CPU the
 dashboard spent by then and the load average each open ran under.
 
-Targets (issue 5): latency median <= 100 ms, CPU <= 50 % of one core, RSS <= 300 MB, open <= 1 s.
+Targets: latency median <= 100 ms, CPU <= 50 % of one core, RSS <= 300 MB, open <= 1 s.
 
     .venv/bin/python tests/perf/perf_tui.py [--seconds 20] [--jobs 2000] [--big 10000] [--rate 1000]
 """

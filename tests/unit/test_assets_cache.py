@@ -1,4 +1,4 @@
-"""The asset cache (issue 9) with the real huggingface_hub client against a fake hub on loopback, and
+"""The asset cache with the real huggingface_hub client against a fake hub on loopback, and
 URL assets from a loopback file server: fetched once and verified, refused when wrong, never half-kept."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Repo task `assets:` (issue 9): pinned Hugging Face repos and sha256-checked URLs, validated, and
+"""The repo task's `assets:` list: pinned Hugging Face repos and sha256-checked URLs, validated, and
 shown in the dry-run plan."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Slurm hosts without a cluster (issue 10): the spec, exit decoding, state mapping, the batch script,
+"""Slurm hosts without a cluster: the spec, exit decoding, state mapping, the batch script,
 the client's parsers. The real cluster is in tests/integration/test_slurm*.py."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Host kinds in benchmark.yaml (issue 7): ssh hosts, docker sandboxes and their errors."""
+"""Host kinds in benchmark.yaml: ssh hosts, docker sandboxes and their errors."""
 
 from __future__ import annotations
 
