@@ -47,12 +47,14 @@ _PROBE_SOURCES = ("c0.py", "c0reuse.py", "mirror.py", "localroots.py", "census.p
 
 # What pyright asks an interpreter, asked in our own words: the search path it would report (empty
 # entries dropped; the working directory kept if listed, yet never imported from while answering, so
-# a `json.py` in the repo cannot answer for it), its prefix, and its version.
+# a `json.py` in the repo cannot answer for it), its prefix, and its version. A replay interpreter
+# (probes/mirror.py) tells pyright's questions apart by `version_info`, then `orig_sys_path`: these
+# use those names the same way (only the version query names `version_info`), so it answers them too.
 _ASK_SAFELY = ("import os, sys; here = os.path.normcase(os.path.normpath(os.getcwd())); "
-               "listed = [entry for entry in sys.path if entry]; "
-               "sys.path[:] = [entry for entry in listed if os.path.normcase(os.path.normpath(entry)) != here]; "
+               "orig_sys_path = [entry for entry in sys.path if entry]; "
+               "sys.path[:] = [entry for entry in orig_sys_path if os.path.normcase(os.path.normpath(entry)) != here]; "
                "import json; ")
-PATH_QUERY = _ASK_SAFELY + "json.dump({'path': listed, 'prefix': sys.prefix}, sys.stdout)"
+PATH_QUERY = _ASK_SAFELY + "json.dump({'path': orig_sys_path, 'prefix': sys.prefix}, sys.stdout)"
 VERSION_QUERY = _ASK_SAFELY + "json.dump(list(sys.version_info), sys.stdout)"
 
 
