@@ -4,6 +4,8 @@ such file: one to three seconds per megabyte on a loaded 2-core machine). Shared
 
 from __future__ import annotations
 
+import sys
+
 MAIN = "import sys\nsys.exit(0)\n"
 
 
@@ -31,3 +33,12 @@ def big_repo(small: int = 2000, large: int = 1, large_bytes: int = 1_000_000) ->
     for index in range(large):
         files[f"tables/table{index}.py"] = _large_module(index, large_bytes)
     return files
+
+
+REPORTING_AGENTS = "".join(f"""\
+{name}:
+  kind: command
+  command: >-
+    printf '{{{{"python_path": "%s"}}}}' {sys.executable} > {{report}}
+""" for name in ("a", "b"))
+"""Two command agents (`a`, `b`) that only report this interpreter: their jobs share one repo and commit."""

@@ -75,16 +75,12 @@ def first_come_first_served(waiting, rooms, running, now, job_limit, promised): 
     for job in sorted(waiting, key=lambda job: job.job_id):
         if count >= job_limit:
             break
-        fits = [room for room in rooms.values()
-                if room["free_slots"] >= 1 and room["gpus"] >= job.gpus and room["free_gpus"] >= job.gpus]
-        if not fits or (job.gpus and gpu_waiting):
+        host = None if job.gpus and gpu_waiting else take_least_busy(rooms, job.gpus)
+        if host is None:
             gpu_waiting = gpu_waiting or job.gpus > 0
             continue
-        room = min(fits, key=lambda room: (room["slots"] - room["free_slots"]) / room["slots"])
-        room["free_slots"] -= 1
-        room["free_gpus"] -= job.gpus
         count += 1
-        starts.append((job.job_id, room["name"]))
+        starts.append((job.job_id, host))
     return starts
 
 
@@ -95,16 +91,24 @@ def strict_order(waiting, rooms, running, now, job_limit, promised):  # type: ig
     queued = [QueuedWork(job.job_id, job.gpus, estimate(job), job.job_id) for job in waiting]
     starts, count = [], len(running)
     for work in ordered(queued, [HostRoom(**room) for room in rooms.values()], job_limit):
-        fits = [room for room in rooms.values()
-                if room["free_slots"] >= 1 and room["gpus"] >= work.gpus and room["free_gpus"] >= work.gpus]
-        if count >= job_limit or not fits:
+        host = take_least_busy(rooms, work.gpus) if count < job_limit else None
+        if host is None:
             break
-        room = min(fits, key=lambda room: (room["slots"] - room["free_slots"]) / room["slots"])
-        room["free_slots"] -= 1
-        room["free_gpus"] -= work.gpus
         count += 1
-        starts.append((work.job_id, room["name"]))
+        starts.append((work.job_id, host))
     return starts
+
+
+def take_least_busy(rooms: dict[str, dict], gpus: int) -> str | None:
+    """Take a slot and `gpus` GPUs on the least busy room that has them; its name, or None."""
+    fits = [room for room in rooms.values()
+            if room["free_slots"] >= 1 and room["gpus"] >= gpus and room["free_gpus"] >= gpus]
+    if not fits:
+        return None
+    room = min(fits, key=lambda room: (room["slots"] - room["free_slots"]) / room["slots"])
+    room["free_slots"] -= 1
+    room["free_gpus"] -= gpus
+    return room["name"]
 
 
 def simulate(jobs: list[SimJob], hosts: list[SimHost], job_limit: int, policy: Policy = easy_policy) -> Outcome:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from resenv.engine.runs import RunPlan, create_run
 from resenv.engine.scheduler import Engine
 from resenv.engine.spec import load_benchmark
 
-from ..big_repo import big_repo
+from ..big_repo import REPORTING_AGENTS, big_repo
 from ..conftest import rows, write_benchmark
 
 TICK_S = 0.01
@@ -31,12 +30,7 @@ TICK_S = 0.01
 # machine; a loop that parses it itself, or whose thread does, stalls that long at once (2.0 s
 # measured when the census ran in a thread).
 MAX_GAP_S = 0.5
-AGENTS = "".join(f"""\
-{name}:
-  kind: command
-  command: >-
-    printf '{{{{"python_path": "%s"}}}}' {sys.executable} > {{report}}
-""" for name in ("a", "b"))
+AGENTS = REPORTING_AGENTS
 
 
 async def _run_watched(engine: Engine) -> tuple[str, list[tuple[float, float]]]:

@@ -42,17 +42,12 @@ from resenv.engine.display import NoDisplay
 from resenv.engine.runs import RunPlan, create_run
 from resenv.engine.scheduler import Engine
 from resenv.engine.spec import load_benchmark
-from tests.big_repo import big_repo
+from tests.big_repo import REPORTING_AGENTS, big_repo
 from tests.conftest import write_benchmark
 
 TICK_S = 0.01
 TARGET_S = 0.100
-AGENTS = "".join(f"""\
-{name}:
-  kind: command
-  command: >-
-    printf '{{{{"python_path": "%s"}}}}' {sys.executable} > {{report}}
-""" for name in ("a", "b"))
+AGENTS = REPORTING_AGENTS
 
 
 class Heartbeat:
