@@ -30,6 +30,7 @@ tool) rather than in namespaces made by hand:
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -44,6 +45,12 @@ SYSTEM_DIRS = ("usr", "etc", "opt", "bin", "sbin", "lib", "lib32", "lib64", "lib
 """Top-level directories of the host seen read-only (a merged-/usr link stays a link)."""
 
 NOBODY = 65534
+
+SANDBOX_HOSTNAME = "localhost"
+"""The namespace's own host name: one every machine's /etc/hosts resolves to itself. Programs look
+their host name up (git for a reflog's identity, torch.distributed for its store's address); a
+name only the namespace knows sent that lookup to the network's resolver, which may answer after
+seconds or never."""
 
 
 class IsolationUnavailable(Exception):
@@ -92,22 +99,12 @@ class Isolation:
         ``in_memory`` (inside the work dir) is an empty tmpfs of the namespace's own, over what the disk
         holds there, gone when the command ends."""
         out = [self.bwrap, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-               "--unshare-cgroup-try", "--hostname", "resenv-sandbox"]
+               "--unshare-cgroup-try", "--hostname", SANDBOX_HOSTNAME]
         if self.network == "none":
             out.append("--unshare-net")
         if not self.drops_to_uid:
             out.append("--unshare-user")
-        out += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm",
-                "--tmpfs", "/var/tmp"]
-        for name in SYSTEM_DIRS:
-            path = Path("/", name)
-            if path.is_symlink():
-                out += ["--symlink", os.readlink(path), str(path)]
-            elif path.is_dir():
-                out += ["--ro-bind", str(path), str(path)]
-        out += ["--ro-bind-try", "/sys", "/sys"]
-        for device in sorted(Path("/dev").glob("nvidia*")):
-            out += ["--dev-bind-try", str(device), str(device)]
+        out += system_view()
         ro: list[Path] = []
         for path in [*python_installation(), *map(Path, self.expose), *read_only]:
             if _outside_system(path) and path not in ro and path_exists(path):
@@ -116,7 +113,7 @@ class Isolation:
         ro = [path for path in ro if not any(_below(path.parts, other.parts) for other in ro)]
         rw = [workdir, *writable]
         devices = [Path(device) for device in self.devices]
-        out += _traversable_parents([*ro, *rw, *devices])
+        out += _traversable_parents((*ro, *rw, *devices))
         for path in ro:
             out += ["--ro-bind", str(path), str(path)]
         for path in rw:
@@ -150,9 +147,29 @@ class Isolation:
         return private
 
 
-def python_installation() -> list[Path]:
+@functools.cache
+def system_view() -> tuple[str, ...]:
+    """bubblewrap arguments for what every command sees of the machine itself: fresh kernel and temp
+    folders, the system dirs read-only (a merged-/usr link stays a link), the NVIDIA device nodes.
+    Read once per engine process: every command of every job gets the same, and making them anew
+    was a tenth of the engine's own time per command."""
+    out = ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm", "--tmpfs", "/var/tmp"]
+    for name in SYSTEM_DIRS:
+        path = Path("/", name)
+        if path.is_symlink():
+            out += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            out += ["--ro-bind", str(path), str(path)]
+    out += ["--ro-bind-try", "/sys", "/sys"]
+    for device in sorted(Path("/dev").glob("nvidia*")):
+        out += ["--dev-bind-try", str(device), str(device)]
+    return tuple(out)
+
+
+@functools.cache
+def python_installation() -> tuple[Path, ...]:
     """The Python resenv runs on (its venv and the installation under it), outside the system dirs."""
-    return sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()})
+    return tuple(sorted({Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}))
 
 
 def env_paths(env: Mapping[str, str], workdir: Path) -> tuple[list[Path], list[Path]]:
@@ -190,7 +207,8 @@ def path_exists(path: Path) -> bool:
         return False
 
 
-def _traversable_parents(targets: list[Path]) -> list[str]:
+@functools.lru_cache(maxsize=256)
+def _traversable_parents(targets: tuple[Path, ...]) -> tuple[str, ...]:
     """bubblewrap arguments that make the folders leading to each bound path traversable.
 
     bubblewrap gives a folder it creates on the way the mode of the host's folder, and a 0700 parent
@@ -210,7 +228,7 @@ def _traversable_parents(targets: list[Path]) -> list[str]:
     out: list[str] = []
     for parent in sorted(parents, key=lambda p: len(p.parts)):
         out += ["--perms", "0755", "--dir", str(parent)]
-    return out
+    return tuple(out)
 
 
 def _below(parts: tuple[str, ...], folder: tuple[str, ...]) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -563,3 +564,23 @@ async def test_nothing_of_a_namespaced_command_outlives_its_exec(tmp_path: Path,
             assert live_with(marker) == []
     finally:
         await box.close()
+
+
+@needs_bwrap
+async def test_a_namespaced_command_resolves_its_own_host_name_without_asking_the_network(
+        tmp_path: Path, logs: Path) -> None:
+    """Programs look up the machine's own name: git for the identity of every reflog entry a clone
+    writes, torch.distributed for the address of its rendezvous store. A name only the namespace
+    knows sends that lookup to the network's resolver, which may answer after seconds or never:
+    clones stalled five seconds each, and a DDP run failed as if the agent's environment were
+    broken. The name must resolve from the files the namespace shows, to this machine."""
+    box = ProcessSandbox(tmp_path / "wd", isolation=Isolation(network="none"))
+    probe = ("import json, socket; name = socket.gethostname(); "
+             "print(json.dumps([name, sorted({a[4][0] for a in socket.getaddrinfo(name, None)})]))")
+    try:
+        r = await box.exec(["python3", "-I", "-c", probe], log_prefix=logs / "name", timeout=60)
+    finally:
+        await box.close()
+    assert r.ok, r.stderr_path.read_text()
+    name, addresses = json.loads(r.stdout_path.read_text())
+    assert addresses and all(address.startswith("127.") or address == "::1" for address in addresses), (name, addresses)
