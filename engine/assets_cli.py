@@ -15,7 +15,6 @@ the probes copy the engine's verified copy into it (see `TierRunner._stage_asset
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import shlex
@@ -26,7 +25,7 @@ from typing import Any
 
 import click
 
-from . import __version__
+from . import __version__, eventloop
 from .assets import (
     AssetCache, AssetError, Say, describe, fetch, human_size, missing_indexes, presence_script, redact_text, select_files,
     unique_assets,
@@ -118,7 +117,7 @@ def fetch_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], ho
                      else "reads this machine's cache")
             click.echo(f"host {name}: {where}")
             continue
-        failed += asyncio.run(_copy_to_host(name, spec, cache, assets, click.echo))
+        failed += eventloop.run(_copy_to_host(name, spec, cache, assets, click.echo))
     if not assets:
         click.echo("nothing to fetch: no repo of the selection declares assets")
     elif failed:
@@ -201,7 +200,7 @@ def status_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], h
             from .remote import HostDown
 
             try:
-                there = list(asyncio.run(_remote_status(name, spec, cache, assets)))
+                there = list(eventloop.run(_remote_status(name, spec, cache, assets)))
             except (HostDown, SandboxError, OSError) as error:  # OSError: timeouts too
                 entry |= {"reachable": False, "error": redact_text(str(error))}
                 there = [None] * len(assets)  # unknown: counted as missing

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import os
@@ -16,7 +15,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from . import __version__
+from . import __version__, eventloop
 from .controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
 from .display import NoDisplay, PlainDisplay
 from .summary import summary_lines
@@ -216,7 +215,7 @@ def run(
         else:
             shown = PlainDisplay() if display == "plain" else NoDisplay()
             try:
-                state = asyncio.run(Engine(db, run_id, shown, jobs_limit=jobs).execute())
+                state = eventloop.run(Engine(db, run_id, shown, jobs_limit=jobs).execute())
             finally:
                 if isinstance(shown, PlainDisplay):
                     shown.close()  # an engine that raised never said `finished`
@@ -461,7 +460,7 @@ def rescore(run_ref: str, db_path: Path | None, tiers_text: str, jobs: int | Non
     progress = PlainDisplay(Console(file=sys.stderr, highlight=False, width=None if sys.stderr.isatty() else 200))
     rescorer = Rescorer(db, run_row["id"], progress, tiers=tiers, jobs_limit=jobs)
     try:
-        state = asyncio.run(rescorer.execute())
+        state = eventloop.run(rescorer.execute())
     except (EngineBusy, RescoreRefused) as error:
         raise click.ClickException(str(error)) from error
     reader = _reader(db_path)
@@ -571,7 +570,7 @@ def prune(run_ref: str, db_path: Path | None) -> None:
         raise click.ClickException(f"run {run_row['id']} is being rescored ({holder['label']}) by PID "
                                    f"{holder['engine_pid']}; prune it once that ends")
     try:
-        results = asyncio.run(prune_run(run_row))
+        results = eventloop.run(prune_run(run_row))
     except PruneRefused as error:
         raise click.ClickException(str(error)) from error
     if not results:

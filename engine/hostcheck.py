@@ -256,6 +256,7 @@ if click is not None:
         import sys
         from dataclasses import asdict
 
+        from . import eventloop
         from .cliload import load_for_cli
         from .paths import absolute, default_data_dir
 
@@ -263,7 +264,7 @@ if click is not None:
         unknown = [name for name in names if name not in bench.hosts]
         if unknown:
             raise click.ClickException(f"unknown host(s) {', '.join(unknown)}; known: {', '.join(bench.hosts)}")
-        results = asyncio.run(check_hosts(bench, absolute(data_dir) if data_dir else default_data_dir(), list(names) or None))
+        results = eventloop.run(check_hosts(bench, absolute(data_dir) if data_dir else default_data_dir(), list(names) or None))
         if as_json:
             click.echo(json.dumps([asdict(facts) for facts in results], indent=2))
         else:
