@@ -138,8 +138,9 @@ class PristineCache:
 
     The commit each copy holds is pinned by the engine (in memory, and from the run's checkout events
     on resume), never read back from the copy, and the copy is verified against it before every
-    checkout and tier re-run: every object re-hashed by ``git fsck``, replace refs ignored. A copy
-    that fails is rebuilt from its source; a source that no longer gives the pinned commit is an
+    checkout and tier re-run: every object re-hashed by ``git fsck``, replace refs ignored, unless
+    no file or folder of the copy has changed since it last passed (`fingerprint`). A copy that fails
+    is rebuilt from its source; a source that no longer gives the pinned commit is an
     infrastructure error, so the jobs of one run are all judged on the same tree."""
 
     def __init__(self, root: Path, pins: dict[str, str] | None = None) -> None:
@@ -147,6 +148,7 @@ class PristineCache:
         self.pins: dict[str, str] = dict(pins or {})
         self._locks: dict[str, asyncio.Lock] = {}
         self._manifests: dict[Pristine, Manifest] = {}
+        self._passed: dict[Path, Fingerprint] = {}  # each copy as it was when it last proved intact
 
     async def manifest(self, pristine: Pristine) -> Manifest:
         """The pinned commit's manifest, read once per run (every job of a repo shares it)."""
@@ -161,7 +163,7 @@ class PristineCache:
             env = git_env(self.root)
             pinned = self.pins.get(repo_id)
             if path.exists():
-                if pinned is not None and await _intact(path, pinned, env):
+                if pinned is not None and await self._still_intact(path, pinned, env):
                     return Pristine(path, pinned)
                 # unpinned (built before a crash) or changed: build it again (a tree walk: in a thread)
                 await asyncio.to_thread(shutil.rmtree, path)
@@ -176,8 +178,38 @@ class PristineCache:
                                     f"{pinned[:12]} this run's jobs were judged on", "infra")
             (path / COMPLETE_MARKER).write_text(made + "\n")  # for hosts that copy it; never read back here
             await asyncio.to_thread(_make_read_only, path)  # a walk of every object file: off the loop
+            self._passed[path] = await asyncio.to_thread(fingerprint, path)
             self.pins[repo_id] = made
             return Pristine(path, made)
+
+    async def _still_intact(self, path: Path, commit: str, env: dict[str, str]) -> bool:
+        """`_intact`, without re-hashing a copy that is, file by file, as it was when it last passed."""
+        now = await asyncio.to_thread(fingerprint, path)  # a walk of every object file: off the loop
+        if self._passed.get(path) == now:
+            return True
+        self._passed.pop(path, None)
+        if not await _intact(path, commit, env):
+            return False
+        self._passed[path] = now
+        return True
+
+
+Fingerprint = frozenset[tuple[str, int, int, int, int, int]]
+
+
+def fingerprint(root: Path) -> Fingerprint:
+    """Every file and folder under ``root`` (itself included) with its inode, mode, size and
+    modification and change times. Any write, rename, chmod or new link changes a change time, which
+    only the kernel sets (no unprivileged process can put an old one back), so an equal fingerprint
+    means an unchanged copy; reading the copy changes nothing here."""
+    entries = []
+    for directory, folders, files in os.walk(root):
+        for name in [".", *folders, *files]:
+            path = os.path.join(directory, name)
+            info = os.lstat(path)
+            entries.append((os.path.relpath(path, root), info.st_ino, info.st_mode, info.st_size,
+                            info.st_mtime_ns, info.st_ctime_ns))
+    return frozenset(entries)
 
 
 async def _intact(path: Path, commit: str, env: dict[str, str]) -> bool:
@@ -227,12 +259,16 @@ def _make_read_only(root: Path) -> None:
             path.chmod((path.stat().st_mode | readable) & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
-def checkout_argv(pristine: Pristine, target: Path) -> list[list[str]]:
-    """Commands that give a job its own working copy at the pinned commit (no hard links to the pristine)."""
-    return [
-        ["git", "clone", "--quiet", "--no-hardlinks", "--no-checkout", str(pristine.path), str(target)],
-        ["git", "-C", str(target), "checkout", "--quiet", "--detach", pristine.commit],
-    ]
+def checkout_argv(pristine: Pristine, target: Path) -> list[str]:
+    """The command that gives a job its own working copy at the pinned commit (no hard links to the
+    pristine): clone and checkout in one sandboxed command, as each costs a namespace of its own.
+    The sandbox's uid may not own the pristine copy, which git then refuses to read: these commands
+    alone are told to trust it, the clone's upload-pack too (git drops ``-c`` settings for the
+    processes of a local transport)."""
+    script = ('git -c safe.directory="*" clone --quiet --no-hardlinks --no-checkout '
+              '--upload-pack=\'git -c safe.directory="*" upload-pack\' "$1" "$2" && '
+              'exec git -C "$2" checkout --quiet --detach "$3"')
+    return ["sh", "-c", script, "resenv-checkout", str(pristine.path), str(target), pristine.commit]
 
 
 def git_fatal_line(stderr_path: Path) -> str:

@@ -285,15 +285,11 @@ class JobAttempt:
         self.sink.emit("checkout", {"commit": pristine.commit, "pristine": str(pristine.path)})
         if (stage := getattr(self.sandbox, "stage_pristine", None)) is not None:  # remote/container: copy the pristine repo there
             await stage(pristine.path)
-        # The sandbox's uid may not own the engine's pristine copy, which git then refuses to read;
-        # only the checkout's own commands are told to trust it.
-        trust = await self.sandbox.put("tmp/resenv-checkout.gitconfig", b"[safe]\n\tdirectory = *\n")
-        for argv in checkout_argv(pristine, self.paths.repo):
-            result = await self.run_command("checkout", argv, timeout=self.timeouts.checkout,
-                                            env={"GIT_CONFIG_GLOBAL": str(trust)})
-            if not result.ok:
-                raise AttemptError(f"checkout failed: {' '.join(argv[:3])} exited {result.returncode}"
-                                   f"{git_fatal_line(result.stderr_path)}", "infra")
+        result = await self.run_command("checkout", checkout_argv(pristine, self.paths.repo),
+                                        timeout=self.timeouts.checkout)
+        if not result.ok:
+            raise AttemptError(f"checkout failed: git exited {result.returncode}"
+                               f"{git_fatal_line(result.stderr_path)}", "infra")
         try:
             # git leaves out files whose objects the source lacks and still exits 0: check the tree.
             await verify_checkout(self, pristine, await self.ctx.pristines.manifest(pristine), self.timeouts.checkout)
