@@ -29,7 +29,7 @@ from ..probes.integrity import (
 from ..probes.kit import hookscan, script_source, treescan
 from ..probes.outcome import canary_problem, canary_source
 from .checkout import CheckoutError, Manifest, Pristine, blob_bytes
-from .sandbox.base import SandboxError, shares_engine_view
+from .sandbox.base import SandboxError, engine_sees_work_dir, shares_engine_view
 from .wording import counted
 
 if TYPE_CHECKING:
@@ -67,10 +67,13 @@ async def _host_script(attempt: JobAttempt, script: str, args: list[str], timeou
     return answer
 
 
-async def scan_tree(attempt: JobAttempt, manifest: Manifest, dirs: list[str], timeout: float) -> Any:
-    """How the checkout differs from the pinned commit (``kit/treescan.py``)."""
+async def scan_tree(attempt: JobAttempt, manifest: Manifest, dirs: list[str], timeout: float, *,
+                    fresh: bool = False) -> Any:
+    """How the checkout differs from the pinned commit (``kit/treescan.py``). ``fresh``: no agent has
+    run in this work dir yet, so a local sandbox's tree is scanned by the engine itself (in a thread),
+    sparing a sandboxed interpreter per job."""
     payload = {"files": manifest.to_json(), "import_dirs": dirs, "submodules": list(manifest.submodules)}
-    if shares_engine_view(attempt.sandbox):
+    if shares_engine_view(attempt.sandbox) or (fresh and engine_sees_work_dir(attempt.sandbox)):
         return await asyncio.to_thread(treescan.scan, str(attempt.paths.repo), payload)
     await attempt.sandbox.put(f"{PROBE_DIR}/treescan.py", script_source("treescan.py"))
     await attempt.sandbox.put(f"{PROBE_DIR}/manifest.json", json.dumps(payload).encode())
@@ -94,7 +97,7 @@ async def verify_checkout(attempt: JobAttempt, pristine: Pristine, manifest: Man
     if manifest.missing_objects:
         raise CheckoutError(_name_paths(f"the source of {pristine.commit[:12]} lacks the objects of",
                                         manifest.missing_objects), "infra")
-    scan = await scan_tree(attempt, manifest, [], timeout)
+    scan = await scan_tree(attempt, manifest, [], timeout, fresh=True)
     # checking a scan of every tracked file costs tens of ms on a big repo: in a thread, off the loop
     if problems := await asyncio.to_thread(scan_problems, scan):  # before the agent: the host's fault
         raise ScanError("the checkout scan answered wrong types: " + "; ".join(problems))

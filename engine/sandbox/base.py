@@ -108,3 +108,11 @@ def shares_engine_view(sandbox: object) -> bool:
     remote or container sandbox is asked through its own commands instead, so nothing an agent left
     is opened by the engine's process and a path means what it means inside the sandbox."""
     return not is_remote(sandbox) and not getattr(sandbox, "isolated", False)
+
+
+def engine_sees_work_dir(sandbox: object) -> bool:
+    """Whether the sandbox's work dir is this machine's folder at the path the engine names (every
+    local process sandbox, isolated or not). Only a tree no agent has touched yet (the fresh
+    checkout) may be read in place on this ground alone; after the agent, `shares_engine_view`
+    decides, since an isolated agent's tree is hostile input to the engine's process."""
+    return not is_remote(sandbox)
