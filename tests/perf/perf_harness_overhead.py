@@ -15,7 +15,9 @@ processes run one after the other, in alternating order:
   its pristine copy); per job `git clone --quiet --no-hardlinks --no-checkout <pristine> <dir>`,
   `git -C <dir> checkout --quiet --detach <commit>` and the agent command `true`.
 
-Both walls are measured from just before the child is spawned to its exit, so interpreter start,
+Before each child the disk's dirty pages are written back (`os.sync`), so neither pays for the
+other's writes (on a virtual disk that was up to a second either way). Both walls are measured
+from just before the child is spawned to its exit, so interpreter start,
 imports, loading the YAML and creating the run are inside resenv's. Figures (medians over the
 repeats):
 
@@ -166,6 +168,7 @@ def run_resenv(bench: Path, agents: list[str], work: Path, jobs: int, profile_to
     env = child_env()
     if profile_to is not None:
         env["PERF_PROFILE"] = str(profile_to)
+    os.sync()  # the previous child's files written back first: its disk traffic is not this one's
     spawned = time.time()
     t0 = time.perf_counter()
     done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
@@ -191,6 +194,7 @@ def run_bare(trees: dict[str, str], order: list[tuple[str, str]], work: Path, jo
     spec = work / "bare.json"
     work.mkdir(parents=True, exist_ok=True)
     spec.write_text(json.dumps({"work": str(work), "repos": trees, "order": order, "jobs": jobs, "command": ["true"]}))
+    os.sync()
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, str(SCRIPT), "--bare", str(spec)], env=child_env(),
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
