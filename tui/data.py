@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -316,6 +317,22 @@ def _loads(text: str | None) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def packed(db: Reader, sql: str, params: Any = ()) -> Any:
+    """The one JSON value `sql` selects (a `json_group_array` or `json_group_object`), decoded.
+
+    A query read row by row releases and retakes the GIL at every row; on open, while the UI thread
+    imports Textual and lays out its screen, each retake can wait out a switch interval, and the
+    10,000 jobs and 60,000 tier results of a big run took half a second to read that way. Packed,
+    the whole read is one step (SQLite's own work, without the GIL) and one `json.loads`."""
+    return json.loads(db.conn.execute(sql, params).fetchone()[0])  # an aggregate: one row, even of no rows
+
+
+def exact(column: str) -> str:
+    """A REAL column as text that converts back to the same float (JSON would keep 15 digits; the
+    reconcile compares timestamps exactly); NULL stays NULL."""
+    return f"CASE WHEN {column} IS NULL THEN NULL ELSE printf('%!.17g', {column}) END"
+
+
 class RunFeed:
     """One run as the dashboard sees it. `load` and `poll` run in the poller thread; `take`,
     `watch` and `track_control` are called from the UI thread."""
@@ -432,17 +449,20 @@ class RunFeed:
             if latest is not None:
                 queues[job_id] = queue_text(_loads(latest[0]))
         jobs: dict[int, JobView] = {}
-        for row in db.conn.execute(f"SELECT {job_columns(db.version)} FROM jobs WHERE run_id = ? ORDER BY id",
-                                   (self.run_id,)):
-            job_id = row[0]
+        rows = packed(db, f"SELECT json_group_array(json_array(id, key, repo_id, agent, gpus_needed, state, attempts,"
+                          f" host, gpus, reason, {exact('started_at')}, {exact('finished_at')}, category))"
+                          f" FROM (SELECT {job_columns(db.version)} AS category FROM jobs WHERE run_id = ?)",
+                      (self.run_id,))
+        rows.sort(key=itemgetter(0))  # the table's order of rows is by id
+        for job_id, key, repo, agent, gpus_needed, state, attempts, host, gpus, reason, start, end, category in rows:
             current = running.get(job_id)
             tokens, cost, partial = usage.get(job_id, (0, None, False))
             jobs[job_id] = JobView(
-                id=job_id, key=row[1], repo=row[2], agent=row[3], gpus_needed=row[4], state=row[5], attempts=row[6],
-                host=row[7], gpus=row[8], reason=row[9], started_at=row[10], finished_at=row[11],
-                tiers=tiers.get(job_id, {}), phase=current[1] if current else None,
-                attempt_id=current[0] if current else None, tokens=tokens, cost=cost, cost_partial=partial,
-                queue=queues.get(job_id), category=row[12],
+                id=job_id, key=key, repo=repo, agent=agent, gpus_needed=gpus_needed, state=state, attempts=attempts,
+                host=host, gpus=gpus, reason=reason, started_at=None if start is None else float(start),
+                finished_at=None if end is None else float(end), tiers=tiers.get(job_id, {}),
+                phase=current[1] if current else None, attempt_id=current[0] if current else None, tokens=tokens,
+                cost=cost, cost_partial=partial, queue=queues.get(job_id), category=category,
             )
         self.jobs = jobs
         self._sum_spend()
@@ -465,18 +485,33 @@ class RunFeed:
         return changed
 
     def _scoring_tiers(self, db: Reader, running: Mapping[int, tuple[int, Any]]) -> dict[int, dict[str, str]]:
-        """The latest status of each tier of each job in the shown scoring."""
+        """The latest status of each tier of each job in the shown scoring.
+
+        SQLite picks each (job, tier)'s latest result and packs them all into one JSON text (see
+        `packed`). A job with a running attempt shows only that attempt's results in the original
+        scoring; those few jobs are read row by row."""
         assert self.scoring is not None
         where, params = self.scoring.where("t.scoring_id")
-        tiers: dict[int, dict[str, str]] = {}
+        # bare columns beside MAX() come from the row holding the maximum: the latest result
+        latest = (f"SELECT t.job_id, t.tier, t.status, MAX(t.id) FROM tier_results t WHERE t.run_id = ? AND {where}"
+                  " GROUP BY t.job_id, t.tier")
+        per_job = f"SELECT job_id, json_group_object(tier, status) AS shown FROM ({latest}) GROUP BY job_id"
+        tiers: dict[int, dict[str, str]] = {
+            int(job_id): shown for job_id, shown in packed(
+                db, f"SELECT json_group_object(job_id, json(shown)) FROM ({per_job})", (self.run_id, *params)).items()}
+        if not (self.scoring.original and running):
+            return tiers
+        for job_id in running:
+            tiers.pop(job_id, None)
         for job_id, attempt_id, tier, status in db.conn.execute(
-            # by the result's own run (its (run_id, scoring_id) index yields them in id order): a join
-            # through jobs would read them job by job and sort 60,000 rows for a 10,000-job run
             f"SELECT t.job_id, t.attempt_id, t.tier, t.status FROM tier_results t WHERE t.run_id = ? AND {where}"
-            " ORDER BY t.id", (self.run_id, *params)
+            " AND t.job_id IN (SELECT job_id FROM attempts WHERE run_id = ? AND state = 'running') ORDER BY t.id",
+            (self.run_id, *params, self.run_id),
         ):
-            current = running.get(job_id) if self.scoring.original else None
-            if current is not None and current[0] != attempt_id:
+            current = running.get(job_id)
+            if current is None:
+                continue  # a tier re-run is running: the job keeps its latest results (read above)
+            if current[0] != attempt_id:
                 continue  # a running retry shows its own tiers, not the last attempt's
             tiers.setdefault(job_id, {})[tier] = status
         return tiers

@@ -226,6 +226,7 @@ class OverviewScreen(DashScreen):
         self._dirty: set[int] = set()
         self._table_at = 0.0
         self._ready = False
+        self._built_from: dict[int, JobView] | None = None  # the feed's jobs the table was built from
 
     def compose(self) -> ComposeResult:
         yield Static(id="run-header")
@@ -255,7 +256,8 @@ class OverviewScreen(DashScreen):
             changes.job_set = True
             self.call_after_refresh(self._want_scores)  # after the table's first frame
         now = time.time()
-        if changes.job_set or self._filter_dirty:
+        # a set of jobs is a new dict (updates change it in place): the one built from needs no rebuild
+        if (changes.job_set and self.feed.jobs is not self._built_from) or self._filter_dirty:
             self._rebuild(now)
         elif changes.jobs:
             self._dirty |= changes.jobs  # applied by every_tick, at most TABLE_HZ times a second
@@ -320,7 +322,8 @@ class OverviewScreen(DashScreen):
         self._table_at = time.monotonic()
         table = self.query_one("#jobs", FitTable)
         selected = self._selected_id()
-        jobs = [job for job in self.feed.jobs.values() if self._visible(job)]
+        self._built_from = self.feed.jobs
+        jobs = [job for job in self._built_from.values() if self._visible(job)]
         keys = {job.id: self._sort_key(job, now) for job in jobs}
         jobs.sort(key=lambda job: keys[job.id])
         table.clear()

@@ -70,6 +70,21 @@ def _tier_text(statuses: tuple[str | None, ...]) -> Text:
     return text
 
 
+def job_tier_text(job: JobView, selected: Sequence[str]) -> Text:
+    """The jobs table's tier cell. A job that is not running shows its results as they are, so its
+    cell is looked up by its results (a big run has a few hundred distinct ones among its jobs)."""
+    if job.state in ("running", "paused"):
+        return tier_text(job.tier_display(selected))
+    return _settled_tier_text(tuple(job.tiers.items()), tuple(selected))
+
+
+@lru_cache(maxsize=4096)
+def _settled_tier_text(results: tuple[tuple[str, str], ...], selected: tuple[str, ...]) -> Text:
+    """`tier_text(job.tier_display(selected))` of a job that is not running."""
+    statuses = dict(results)
+    return _tier_text(tuple((statuses.get(tier) or "pending") if tier in selected else None for tier in ALL_TIERS))
+
+
 @lru_cache(maxsize=64)
 def state_text(state: str, category: str | None = None, short: bool = False) -> Text:
     """A job's state with its mark; a job that ended in error with its category (`! error/model_api`;
@@ -120,7 +135,7 @@ def job_cells(job: JobView, selected: Sequence[str], now: float) -> dict[str, An
     return {
         "id": job.id, "repo": _escaped(job.repo), "agent": _escaped(job.agent), "where": _escaped(job.where),
         "state": state_text(job.state, job.category, short=True) if not job.queue else queue_state_text(job.queue),
-        "tiers": tier_text(job.tier_display(selected)), "attempt": str(job.attempts) if job.attempts else "—",
+        "tiers": job_tier_text(job, selected), "attempt": str(job.attempts) if job.attempts else "—",
         "tokens": f"{tokens_text(job.tokens):>6}", "cost": f"{job.cost_text:>8}",
         "elapsed": f"{duration(job.elapsed(now)):>7}",
     }
@@ -262,7 +277,7 @@ class FitTable(DataTable):
         """`add_row(*cells, key=key)` for many one-line rows given as {column key: cell}, with the
         per-row bookkeeping done once (10,000 rows take tens of milliseconds instead of seconds)."""
         columns = [column.key for column in self.ordered_columns]
-        names = [str(column.value) for column in columns]
+        names = [str(column.value) for column in columns]  # a row's cells keyed by these plain strings
         locations, data, row_map, new_rows, kept = self._row_locations, self._data, self.rows, self._new_rows, self._cells
         # DataTable renders and measures every cell of every new row once (on idle) to size its
         # auto-width columns and labels; a fitted table has neither (fixed widths, one-line rows
@@ -278,7 +293,9 @@ class FitTable(DataTable):
             kept[key] = cells  # the table's own from now on: update_cell changes it
             locations[row_key] = index
             index += 1
-            data[row_key] = dict(zip(columns, map(cells.get, names)))
+            # str keys: a ColumnKey hashes and compares as its string, so DataTable finds every cell by
+            # its ColumnKey, and building the row hashes in C instead of calling ColumnKey.__hash__
+            data[row_key] = dict(zip(names, map(cells.get, names)))
             row_map[row_key] = Row(row_key, 1, None, False)
             if measured:
                 new_rows.add(row_key)
