@@ -170,19 +170,12 @@ class JobView:
     def tier_display(self, selected: Iterable[str]) -> dict[str, str | None]:
         """Status per tier for the glyphs: a result, `running` (the tier the current phase is judging),
         `pending`, or None (the run does not score that tier)."""
-        chosen = set(selected)
-        out: dict[str, str | None] = {}
-        running_marked = False
-        for tier in ALL_TIERS:
-            if tier not in chosen:
-                out[tier] = None
-                continue
-            status = self.tiers.get(tier)
-            if status is None and self.state in ("running", "paused") and not running_marked:
-                if (self.phase == "probes" and tier in PROBE_TIERS) or (self.phase == "audit" and tier == "C5"):
-                    status, running_marked = "running", True
-            out[tier] = status or "pending"
-        return out
+        selected, judging = set(selected), None
+        if self.state in ("running", "paused"):
+            judging = next((tier for tier in ALL_TIERS if tier in selected and self.tiers.get(tier) is None
+                            and ((self.phase == "probes" and tier in PROBE_TIERS)
+                                 or (self.phase == "audit" and tier == "C5"))), None)
+        return displayed_tiers(self.tiers, selected, judging)
 
     def search_text(self) -> str:
         statuses = " ".join(sorted(set(self.tiers.values())))
@@ -331,6 +324,15 @@ def exact(column: str) -> str:
     """A REAL column as text that converts back to the same float (JSON would keep 15 digits; the
     reconcile compares timestamps exactly); NULL stays NULL."""
     return f"CASE WHEN {column} IS NULL THEN NULL ELSE printf('%!.17g', {column}) END"
+
+
+def displayed_tiers(results: Mapping[str, str], selected: Iterable[str],
+                    judging: str | None = None) -> dict[str, str | None]:
+    """Status per tier for the glyphs of a job with these ``results``: its result, `running` for the
+    tier being ``judging`` now, `pending`, or None for a tier the run does not score."""
+    chosen = set(selected)
+    return {tier: ("running" if tier == judging else results.get(tier) or "pending") if tier in chosen else None
+            for tier in ALL_TIERS}
 
 
 class RunFeed:

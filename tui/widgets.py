@@ -28,7 +28,7 @@ from textual.widgets.data_table import ColumnKey, DuplicateKey, Row, RowKey
 
 from ..engine.money import usd
 from ..engine.outcomes import errors_text
-from .data import ALL_TIERS, PYRAMID, STALE_SAMPLE_S, HostView, JobView, Sample
+from .data import ALL_TIERS, PYRAMID, STALE_SAMPLE_S, HostView, JobView, Sample, displayed_tiers
 
 if TYPE_CHECKING:
     from ..engine.scoring import AgentScore, RunScores
@@ -81,8 +81,7 @@ def job_tier_text(job: JobView, selected: Sequence[str]) -> Text:
 @lru_cache(maxsize=4096)
 def _settled_tier_text(results: tuple[tuple[str, str], ...], selected: tuple[str, ...]) -> Text:
     """`tier_text(job.tier_display(selected))` of a job that is not running."""
-    statuses = dict(results)
-    return _tier_text(tuple((statuses.get(tier) or "pending") if tier in selected else None for tier in ALL_TIERS))
+    return tier_text(displayed_tiers(dict(results), selected))
 
 
 @lru_cache(maxsize=64)
