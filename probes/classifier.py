@@ -98,6 +98,7 @@ error for another package, or one the agent recovered from, leaves `deps_missing
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Collection
@@ -141,11 +142,17 @@ class Rule:
 
     name: str
     category: str
-    pattern: re.Pattern[str] | None
+    source: str | None  # the pattern's regex; compiled on first use (see `pattern`)
     hints: tuple[str, ...] = ()
     returncodes: frozenset[int] | None = None
     tiers: frozenset[str] | None = None
     declared: bool = False
+
+    @property
+    def pattern(self) -> re.Pattern[str] | None:
+        """The compiled pattern. Compiled when first matched, not at import: every engine process
+        imports the rules, few classify anything, and compiling them all was a twentieth of its start."""
+        return _compile(self.source) if self.source is not None else None
 
     def applies_to(self, returncode: int | None, tier: str | None) -> bool:
         if self.returncodes is not None and returncode not in self.returncodes:
@@ -158,11 +165,16 @@ class Rule:
         return not self.hints or any(hint in text for hint in self.hints)
 
 
+@functools.cache
+def _compile(source: str) -> re.Pattern[str]:
+    return re.compile(source, re.MULTILINE)
+
+
 def _rule(name: str, category: str, *patterns: str, hints: tuple[str, ...] = (),
           returncodes: tuple[int, ...] | None = None, tiers: tuple[str, ...] | None = None,
           declared: bool = False) -> Rule:
-    pattern = re.compile("|".join(f"(?:{p})" for p in patterns), re.MULTILINE) if patterns else None
-    return Rule(name, category, pattern, hints,
+    source = "|".join(f"(?:{p})" for p in patterns) if patterns else None
+    return Rule(name, category, source, hints,
                 frozenset(returncodes) if returncodes is not None else None,
                 frozenset(tiers) if tiers is not None else None, declared)
 
