@@ -50,7 +50,14 @@ class Host:
     _driver: DriverInfo | None = field(default=None, repr=False)
     spec: Any = field(default=None, repr=False)  # the host's spec (sandbox kind, image, limits)
 
+    broken: str | None = field(default=None, repr=False)  # why the host can never run a job as set up
+
     gpus_shared = False  # True where the host's own scheduler hands out the GPUs and a lease takes none
+
+    def mark_broken(self, reason: str) -> None:
+        """The host cannot work as it is set up (see `sandbox.base.HostSetupError`): it takes no more
+        jobs, and when no host of the run can take any, the run's waiting jobs end with this reason."""
+        self.broken = self.broken or reason
 
     @property
     def free_gpus(self) -> list[int]:
@@ -99,8 +106,9 @@ class Host:
                          devices=tuple(options.devices))
 
     def available(self) -> bool:
-        """Whether the scheduler may place work here now (an SSH host that is down may not)."""
-        return True
+        """Whether the scheduler may place work here now (an SSH host that is down may not, nor a
+        broken one)."""
+        return self.broken is None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv, git
 from .hosts import Lease
 from .integrity import verify_checkout
 from .output import OutputBudget, limits_of
-from .sandbox.base import ExecResult, OutputLine, Sandbox, SandboxError, is_remote
+from .sandbox.base import ExecResult, HostSetupError, OutputLine, Sandbox, SandboxError, is_remote
 from .sandbox.isolation import env_paths, path_exists
 from .secrets import redact_files, redact_obj  # agents' secrets never reach the store
 from .store import StoreWriter, disk_failure
@@ -226,6 +226,10 @@ class JobAttempt:
         except asyncio.CancelledError:
             status, reason = "cancelled", "cancelled"
             raise
+        except HostSetupError as error:
+            status, reason = "error", str(error)
+            self.lease.host.mark_broken(str(error))
+            raise AttemptError(str(error), "host_setup") from error
         except (SandboxError, OSError) as error:
             status, reason = "error", f"{type(error).__name__}: {error}"
             if (failure := disk_failure(error, self.ctx.run_dir)) is not None:

@@ -18,12 +18,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-INFRA_CATEGORIES = frozenset({"infra", "model_api"})
-"""Error categories that are infrastructure failures: retried like `infra`, outside every denominator."""
+INFRA_CATEGORIES = frozenset({"infra", "model_api", "host_setup"})
+"""Error categories that are infrastructure failures: outside every denominator."""
+
+RETRIED_CATEGORIES = frozenset({"infra", "model_api"})
+"""The infrastructure failures that trying again can mend (a lost connection, a model API outage), so
+the scheduler retries them (`defaults.retries.infra`, with backoff). `host_setup` is not among them:
+a host whose key is wrong, whose user is refused, or whose data dir that user cannot create fails
+the same way every time, so its jobs end at once with the cause and the fix."""
 
 
 def is_infra(category: str | None) -> bool:
     return category in INFRA_CATEGORIES
+
+
+def is_retried(category: str | None) -> bool:
+    return category in RETRIED_CATEGORIES
 
 
 def state_text(state: str, category: str | None) -> str:

@@ -16,6 +16,12 @@ class SandboxError(Exception):
     """An infrastructure problem with the sandbox itself (not a command's own failure)."""
 
 
+class HostSetupError(SandboxError):
+    """The host cannot run jobs as it is set up, and trying again will not change that: its user may
+    not create the work dirs, a tool it needs is missing. The message says the cause and the fix; the
+    job fails at once (category ``host_setup``) and the host takes no more jobs."""
+
+
 class SandboxPathError(SandboxError):
     """A path given to put/get is absolute or escapes the sandbox's work dir (also via symlinks)."""
 

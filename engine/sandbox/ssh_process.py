@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import asyncssh
 
 from ..remote import HostDown, SshConnection
-from .base import ExecResult, OutputLine, SandboxError, SandboxPathError
+from .base import ExecResult, HostSetupError, OutputLine, SandboxError, SandboxPathError
 from .common import (
     LEFTOVER_GRACE_S,
     READ_CHUNK,
@@ -103,7 +103,18 @@ class RemoteProcessSandbox:
         if self._dirs_made:
             return
         dirs = [str(self.workdir), str(self.home), str(self.tmp)]
-        await self._control(f"mkdir -p {' '.join(shlex.quote(d) for d in dirs)}", check=True)
+        try:
+            result = await self.connection.run(f"mkdir -p {' '.join(shlex.quote(d) for d in dirs)}", timeout=30,
+                                               control=True)
+        except (HostDown, asyncio.TimeoutError) as error:
+            raise SandboxError(f"host {self.host.name}: {error}") from error
+        if result.returncode != 0:  # the same on every try: the host's user may not create these
+            why = " ".join(result.stderr.decode(errors="replace").split())[-500:]
+            user = self.connection.target.user or "its user"
+            raise HostSetupError(
+                f"host {self.host.name}: cannot create the work dir {self.workdir} as {user}: {why}; choose a"
+                " data dir that this user can create on every SSH host, the same path as here"
+                " (`resenv run --data-dir DIR`): an SSH host's work dirs have the engine's paths")
         self._dirs_made = True
 
     async def _control(self, command: str, *, check: bool = False, timeout: float = 30.0) -> bytes:

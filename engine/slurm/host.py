@@ -70,7 +70,7 @@ class SlurmHost(Host):
     def available(self) -> bool:
         """Up and read: until the cluster has answered once, `gpus: auto` is unknown (every GPU tier would
         be skipped) and a dead engine's jobs of this run are not cancelled yet (new ones would share their name)."""
-        return (self.ssh is None or self.ssh.available()) and self.facts_ready
+        return (self.ssh is None or self.ssh.available()) and self.facts_ready and self.broken is None
 
     def inventory(self) -> dict[str, Any]:
         base = {"kind": "slurm", "where": self.client.runner.where if self.client else "local", "slots": self.slots,

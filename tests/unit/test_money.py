@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from resenv.engine.money import add, spend, usd
-from resenv.engine.outcomes import INFRA_CATEGORIES, errors_text, is_infra, state_text
+from resenv.engine.outcomes import is_retried, INFRA_CATEGORIES, errors_text, is_infra, state_text
 
 
 @pytest.mark.parametrize("amount, text", [
@@ -45,7 +45,9 @@ def test_spend_of_usage_rows() -> None:
 
 
 def test_infra_categories_and_error_counts() -> None:
-    assert INFRA_CATEGORIES == {"infra", "model_api"}
+    assert INFRA_CATEGORIES == {"infra", "model_api", "host_setup"}
+    # a host set up wrong is infrastructure too, but trying again cannot mend it
+    assert is_retried("infra") and is_retried("model_api") and not is_retried("host_setup")
     assert is_infra("model_api") and is_infra("infra") and not is_infra("timeout") and not is_infra(None)
     assert errors_text({}) == ""
     out = ", outside every denominator"
