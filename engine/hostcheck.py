@@ -36,10 +36,18 @@ else
   echo "docker="
 fi
 echo "disk_free_kib=$(df -Pk "$p" 2>/dev/null | awk 'NR==2{print $4}')"
-for tool in git tar setsid sh; do echo "tool_$tool=$(command -v $tool)"; done
+for tool in git tar setsid sh python3; do echo "tool_$tool=$(command -v $tool)"; done
+echo "user=$(id -un 2>/dev/null || id -u)"
+echo "python3=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)"
+if out=$(mkdir -p "$1" 2>&1) && out=$(mktemp "$1/.resenv-check.XXXXXX" 2>&1) && rm -f "$out"; then
+  echo "data_dir_writable=yes"
+else
+  echo "data_dir_error=$(printf '%s' "$out" | tr '\n' ' ')"
+fi
 """
 
 MIN_FREE_GIB = 10.0
+NEEDED_PYTHON = (3, 11)  # the built-in baseline agent's driver; the probe kit runs on older ones too
 _DRIVERLESS = re.compile(r"(couldn't communicate with the NVIDIA driver|NVIDIA-SMI has failed|No devices were found)", re.I)
 
 
@@ -63,7 +71,12 @@ class HostFacts:
     image: str | None = None
     disk_free_gib: float | None = None
     tools: dict[str, str | None] = field(default_factory=dict)
+    user: str | None = None
+    python3: str | None = None  # the version of the host's python3, None: none on PATH
+    data_dir_error: str | None = None  # why the user cannot create files in the data dir
     problems: list[str] = field(default_factory=list)
+    blocking: list[str] = field(default_factory=list)  # problems no job can run with: the host is broken
+    notes: list[str] = field(default_factory=list)
     round_trip_ms: float | None = None
 
     def inventory(self) -> dict[str, Any]:
@@ -72,7 +85,8 @@ class HostFacts:
             "kernel": self.kernel, "cpus": self.cpus, "mem_gib": self.mem_gib,
             "gpus": [gpu["index"] for gpu in self.gpus], "gpu_names": [gpu.get("name") for gpu in self.gpus],
             "gpu_state": self.gpu_state, "driver": self.driver_version, "cuda": self.cuda_version,
-            "docker": self.docker, "disk_free_gib": self.disk_free_gib, "problems": self.problems,
+            "docker": self.docker, "disk_free_gib": self.disk_free_gib, "user": self.user,
+            "python3": self.python3, "problems": self.problems,
         }
 
 
@@ -117,6 +131,12 @@ def parse_facts(name: str, kind: str, text: str) -> HostFacts:
             facts.disk_free_gib = round(int(value) / 2**20, 1)
         elif key.startswith("tool_"):
             facts.tools[key[5:]] = value or None
+        elif key == "user":
+            facts.user = value or None
+        elif key == "python3":
+            facts.python3 = value or None
+        elif key == "data_dir_error":
+            facts.data_dir_error = value or "unknown error"
     if not smi_present:
         facts.gpu_state = "no NVIDIA driver"
     elif facts.gpus:
@@ -152,10 +172,23 @@ def judge(facts: HostFacts, spec: Any, data_dir: Path | None = None) -> HostFact
             facts.problems.append(f"sandbox: docker but docker is not usable: {facts.docker_error or 'not installed'}")
     if facts.disk_free_gib is not None and facts.disk_free_gib < MIN_FREE_GIB:
         facts.problems.append(f"only {facts.disk_free_gib} GiB free at the data dir (want >= {MIN_FREE_GIB:g})")
-    needed = ["git", "tar", "sh"] + (["setsid"] if getattr(spec, "kind", "local") == "ssh" else [])
+    remote = getattr(spec, "kind", "local") == "ssh"
+    needed = ["git", "tar", "sh"] + (["setsid", "python3"] if remote else [])
     for tool in needed:
         if facts.tools and not facts.tools.get(tool):
-            facts.problems.append(f"{tool} is not on the host's PATH")
+            facts.blocking.append(f"{tool} is not on the PATH of {facts.user or 'the user'} on the host: install it"
+                                  " (the checkout needs git, the file transfers tar, the commands setsid and sh,"
+                                  " the probes python3)")
+    if facts.data_dir_error is not None and data_dir is not None:
+        fix = ("choose a data dir that this user can create on every SSH host, the same path as here"
+               " (`resenv run --data-dir DIR`, or RESENV_DATA_DIR): an SSH host's work dirs have the engine's paths"
+               if remote else "choose a data dir you can write (`resenv run --data-dir DIR`)")
+        facts.blocking.append(f"cannot create files in {data_dir} as {facts.user or 'the user'}: "
+                              f"{facts.data_dir_error.strip()}; {fix}")
+    if facts.python3 and tuple(int(part) for part in facts.python3.split(".")[:2]) < NEEDED_PYTHON:
+        facts.notes.append(f"python3 {facts.python3} is older than {'.'.join(map(str, NEEDED_PYTHON))}: the built-in"
+                           " baseline agent cannot run here (other agents and the probes can); set its `driver:`")
+    facts.problems.extend(facts.blocking)
     return facts
 
 
@@ -228,6 +261,9 @@ def format_facts(facts: HostFacts) -> list[str]:
         f"  driver: {facts.driver_version or '—'}, CUDA: {facts.cuda_version or '—'}",
         f"  docker: {facts.docker or ('not usable: ' + facts.docker_error if facts.docker_error else 'not installed')}",
         f"  free disk at data dir: {facts.disk_free_gib} GiB",
+        f"  user: {facts.user or '—'}, python3 {facts.python3 or 'missing'}, tools: "
+        + ", ".join(f"{tool}{'' if path else ' (missing)'}" for tool, path in facts.tools.items()),
+        *[f"  note: {note}" for note in facts.notes],
     ]
     lines += [f"  problem: {problem}" for problem in facts.problems] or ["  problems: none"]
     return lines
