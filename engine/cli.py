@@ -222,7 +222,31 @@ def run(
     except EngineBusy as error:
         raise click.ClickException(str(error)) from error
     if state == "interrupted":
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    errors = _jobs_in_error(db, run_id)
+    if errors:
+        click.echo(f"resenv: {errors[0]} of {errors[1]} jobs ended in error (their reasons are above;"
+                   f" `resenv show {run_id}` lists them)", err=True)
+        sys.exit(EXIT_JOBS_IN_ERROR)
+
+
+EXIT_JOBS_IN_ERROR = 3
+"""`resenv run`: the run finished, and at least one job ended in `error` (0: every job ended done or
+cancelled; 1: resenv could not run it, with a one-line reason; 2: a usage error; 130: interrupted)."""
+EXIT_INTERRUPTED = 130
+
+
+def _jobs_in_error(db: Path, run_id: str) -> tuple[int, int] | None:
+    """(jobs in error, jobs) of a finished run; None when none ended in error."""
+    from .store import connect
+
+    conn = connect(db, readonly=True)
+    try:
+        errors, total = conn.execute("SELECT SUM(state = 'error'), COUNT(*) FROM jobs WHERE run_id = ?",
+                                     (run_id,)).fetchone()
+    finally:
+        conn.close()
+    return (errors, total) if errors else None
 
 
 RESUME_KEEPS = {"benchmark": "BENCHMARK", "suite": "--suite", "agents": "--agent", "repos": "--repo",

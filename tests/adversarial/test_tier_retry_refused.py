@@ -58,7 +58,7 @@ def run_with_a_cancelled_and_a_broken_job(tmp_path: Path, env: dict[str, str]) -
         if engine.poll() is None:
             engine.kill()
             engine.communicate(timeout=30)
-    assert engine.returncode == 0, out + err
+    assert engine.returncode == 3, out + err  # broken/a ended in error
     states = {row["key"]: row["state"] for row in db_rows(db, "SELECT key, state FROM jobs")}
     assert states == {"good/a": "done", "held/a": "cancelled", "broken/a": "error"}, states
     return db, run_id
@@ -96,7 +96,7 @@ def test_a_retry_of_a_tier_that_never_ran_is_refused_with_the_reason(tmp_path, c
     refused = insert_control(db, run_id, "retry", job_id=held, tier="C1", origin="tui")
     accepted = insert_control(db, run_id, "retry", job_id=good, tier="C1", origin="tui")
     resumed = resenv("run", "--resume", run_id, "--display", "none", env=cli_env, cwd=tmp_path, timeout=180)
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert resumed.returncode == 3, resumed.stdout + resumed.stderr  # broken/a is still in error
     acks = {row["id"]: row for row in db_rows(db, "SELECT id, ack, ack_message FROM controls")}
     assert acks[refused]["ack"] == "rejected" and "never ran" in acks[refused]["ack_message"], acks[refused]
     assert acks[accepted]["ack"] == "applied", acks[accepted]

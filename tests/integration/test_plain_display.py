@@ -87,7 +87,9 @@ def test_plain_run_prints_phases_verdicts_retries_and_the_reports_numbers(tmp_pa
                      + REPO % ("gone", tmp_path / "no-such-upstream", "1" * 40))  # error/download_failed
     done = resenv("run", str(bench), "--tiers", "C1,C5", "--display", "plain", env=cli_env, cwd=tmp_path,
                   timeout=240)
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 3, done.stdout + done.stderr  # jobs ended in error: the exit code says so
+    assert done.stderr.strip() == f"resenv: 2 of 4 jobs ended in error (their reasons are above; " \
+        f"`resenv show {rows(Path(cli_env['RESENV_DB']), 'SELECT id FROM runs')[0]['id']}` lists them)"
     out = done.stdout
     assert "\x1b" not in out, "no control codes off a terminal"
     db = Path(cli_env["RESENV_DB"])
