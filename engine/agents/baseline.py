@@ -71,15 +71,33 @@ def _cache_dir(environ: dict[str, str], tool: str) -> str:
     return str(Path(environ.get("XDG_CACHE_HOME") or home / ".cache") / tool)
 
 
-def forwarded_env(environ: dict[str, str] | None = None) -> dict[str, str]:
-    """What the baseline passes from the engine's environment into the sandbox (see the module doc)."""
+def forwarded_env(environ: dict[str, str] | None = None, *, remote: bool = False) -> dict[str, str]:
+    """What the baseline passes from the engine's environment into the sandbox (see the module doc).
+
+    `remote`: the sandbox is on another machine (an SSH host, a container), where a path of this
+    machine names nothing or something else: only values that are no local paths travel (index
+    URLs, proxies, flags), never a config file, certificate, cache or wheel folder of the engine's."""
     environ = dict(os.environ if environ is None else environ)
     out = {name: environ[name] for name in FORWARDED_ENV if environ.get(name)}
+    if remote:
+        return {name: value for name, value in out.items() if not _names_local_path(value)}
     if "PIP_CONFIG_FILE" not in out and (config := _user_pip_config(environ)):
         out["PIP_CONFIG_FILE"] = config
     out["PIP_CACHE_DIR"] = environ.get("PIP_CACHE_DIR") or _cache_dir(environ, "pip")
     out["UV_CACHE_DIR"] = environ.get("UV_CACHE_DIR") or _cache_dir(environ, "uv")
     return out
+
+
+def _names_local_path(value: str) -> bool:
+    """Whether a variable's value (possibly a space- or colon-separated list) names a local path."""
+    for word in value.split():
+        if "://" in word:
+            if word.startswith("file:"):
+                return True
+            continue
+        if any(part.startswith(("/", "~", ".")) for part in word.split(os.pathsep)):
+            return True
+    return False
 
 
 def staged_files() -> dict[str, bytes]:
@@ -116,7 +134,7 @@ class BaselineAgent:
         budget = getattr(paths, "budget_s", None)
         if budget:
             argv += ["--budget-s", f"{float(budget):g}"]
-        return AgentCommand(argv=argv, env=forwarded_env(), files=staged_files())
+        return AgentCommand(argv=argv, env=forwarded_env(remote=paths.remote), files=staged_files())
 
     def parse(self, line: OutputLine) -> list[dict[str, Any]]:
         """The script's jsonl events, kept whole (every field it emits); anything else as output."""

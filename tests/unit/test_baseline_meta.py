@@ -660,3 +660,15 @@ def test_a_local_projects_own_failed_build_names_no_package():
               "  Preparing editable metadata (pyproject.toml): finished with status 'error'\n"
               "error: metadata-generation-failed\n\n× Encountered error while generating package metadata.\n")
     assert ba.unbuildable_package(output) is None
+
+
+def test_a_remote_sandbox_gets_no_path_of_the_engine_machine(tmp_path):
+    # On an SSH host or in a container the engine's pip config, caches, wheel folder and CA bundle
+    # name nothing (or someone else's files): only URLs and flags travel.
+    home = tmp_path / "home"
+    (home / ".config/pip").mkdir(parents=True)
+    (home / ".config/pip/pip.conf").write_text("[global]\n")
+    env = forwarded_env({"HOME": str(home), "PIP_FIND_LINKS": "/w", "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+                         "SSL_CERT_FILE": "/etc/ssl/x.pem", "HTTPS_PROXY": "http://proxy:3128",
+                         "UV_FIND_LINKS": "file:///w"}, remote=True)
+    assert env == {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "HTTPS_PROXY": "http://proxy:3128"}
