@@ -18,7 +18,13 @@ from .wording import counted
 def _short(value: Any, limit: int = 400) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     text = text.replace("\r", "").replace("\n", " ⏎ ")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    if text[limit - 1] != " " and space >= limit // 2:  # at a word's end (a path stays whole), unless the word is most of it
+        cut = cut[:space]
+    return cut.rstrip() + "…"
 
 
 def _argv_text(argv: Any) -> str:
@@ -287,8 +293,12 @@ def format_event(kind: str, data: dict[str, Any]) -> list[str]:
     if kind == "usage":
         return [_usage_line(data)]
     if kind == "job_state":
+        reason = f": {_short(data['reason'], 1000)}" if data.get("reason") else ""
+        if data.get("state") == "queued" and data.get("attempt_state") == "error":  # an attempt failed, another follows
+            failed = state_text("error", data.get("category"))
+            return [f"■ attempt {failed}{reason} · retrying (infrastructure, not the agent's failure)"]
         state = state_text(str(data.get("state")), data.get("category"))
-        return [f"■ job {state}" + (f": {_short(data['reason'], 400)}" if data.get("reason") else "")]
+        return [f"■ job {state}{reason}"]
     if kind == "checkout":
         return [f"  checkout {str(data.get('commit', ''))[:12]}"]
     if kind == "census":
