@@ -16,6 +16,7 @@ import functools
 import json
 import logging
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # asyncssh is imported only when a run has SSH hosts
@@ -39,16 +40,18 @@ class Fleet:
         self.smi: list[SmiStreamSampler] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._last_processes: dict[str, list[tuple]] = {}
+        self._down_since: dict[str, float] = {}  # SSH hosts waited for, since when
 
     async def start(self) -> None:
         ssh = [host for host in self.hosts if _is_ssh(host)]
         for host in ssh:
             host.data_dir = self.engine.run_dir
             host.connection.listeners.append(lambda state, reason, host=host: self._host_state(host, state, reason))
+            host.on_reaped = functools.partial(self._leftover_killed, host)
         if ssh:
             await asyncio.gather(*(host.start() for host in ssh), return_exceptions=True)
             for host in ssh:
-                self._record(host, "up" if host.available() else "down", host.connection.reason)
+                self._record(host, *_ssh_state(host))
         await self._start_slurm()  # login node, cluster facts, the squeue poller
         for host in self.hosts:
             self._start_sampler(host)
@@ -137,13 +140,23 @@ class Fleet:
 
     # -- states -------------------------------------------------------------------------------
     def _record(self, host: Any, state: str, reason: str | None) -> None:
-        inventory = host.inventory() | {"reason": reason}
+        """The host's state in the store; a host waited for carries since when (the dashboard shows it)."""
+        if state == "down":
+            self._down_since.setdefault(host.name, time.time())
+        else:
+            self._down_since.pop(host.name, None)
+        inventory = host.inventory() | {"reason": reason, "down_since": self._down_since.get(host.name)}
         if host.name in self.sink.hosts:
             inventory["telemetry"] = self.sink.hosts[host.name].state
         self.writer.execute(
             "UPDATE hosts SET state = ?, inventory_json = ?, updated_at = ? WHERE run_id = ? AND name = ?",
             (state, dumps(inventory), time.time(), self.run_id, host.name))
         self.writer.event(self.run_id, "host_state", {"host": host.name, "state": state, "reason": reason})
+
+    def _leftover_killed(self, host: SshHost, pgid: int, workdir: Path) -> None:
+        """A process group left running on the host (by a lost connection, or by a dead engine) was killed."""
+        self.writer.event(self.run_id, "leftover_killed", {"pgid": pgid, "host": host.name, "workdir": str(workdir)})
+        self.engine.display.message(f"host {host.name}: killed process group {pgid} left running in {workdir}")
 
     def _host_state(self, host: SshHost, state: str, reason: str | None) -> None:
         if state == "closed":
@@ -153,13 +166,18 @@ class Fleet:
             self.engine.display.message(f"host {host.name} is up")
             if host.auto_gpus and not host.gpu_ids:
                 asyncio.get_running_loop().create_task(self._refresh(host))
+        elif state == "broken":
+            self.engine.display.message(f"host {host.name} cannot run jobs: {reason}")
         else:
-            self.engine.display.message(f"host {host.name} is down: {reason}")
+            since = self._down_since[host.name]
+            self.engine.display.message(
+                f"waiting for host {host.name} since {time.strftime('%H:%M:%S', time.localtime(since))}"
+                f" (reconnecting with backoff): {reason}")
         self.engine.wake.set()
 
     async def _refresh(self, host: SshHost) -> None:
         await host.refresh()
-        self._record(host, "up" if host.available() else "down", host.connection.reason)
+        self._record(host, *_ssh_state(host))
         if host.gpu_ids and not any(s.host == host.name for s in self.smi):
             self._start_sampler(host)
         self.engine.wake.set()
@@ -227,6 +245,15 @@ async def stop_fleet(engine: Any) -> None:
 def host_rows_json(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Decode `hosts` rows for display (the inventory is JSON)."""
     return [row | {"inventory": json.loads(row["inventory_json"])} for row in rows]
+
+
+def _ssh_state(host: Any) -> tuple[str, str | None]:
+    """An SSH host's state for the store: up, broken (for good) or down (waited for), and why."""
+    if host.available():
+        return "up", None
+    if host.broken:
+        return "broken", host.broken
+    return "down", host.connection.reason
 
 
 def _is_ssh(host: Any) -> bool:

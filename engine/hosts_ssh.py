@@ -19,6 +19,7 @@ import tarfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import asyncssh
@@ -45,10 +46,11 @@ class SshHost(Host):
     _groups: dict[int, Path] = field(default_factory=dict, repr=False)  # pgid -> work dir, in flight
     _orphans: dict[int, Path] = field(default_factory=dict, repr=False)
     _was_up: bool = False
+    on_reaped: Callable[[int, Path], None] | None = field(default=None, repr=False)  # a left-over group was killed
 
     # -- scheduling ---------------------------------------------------------------------------
     def available(self) -> bool:
-        return self.connection is not None and self.connection.up
+        return self.connection is not None and self.connection.up and self.broken is None
 
     def inventory(self) -> dict[str, Any]:
         base = {"kind": "ssh", "address": f"{self.connection.target.address}:{self.connection.target.port}",
@@ -87,14 +89,25 @@ class SshHost(Host):
             log.warning("host %s: cannot gather facts: %s", self.name, error)
             return
         self.facts = facts.inventory()
+        if facts.blocking:
+            self.mark_broken("; ".join(facts.blocking))
+            return
         if self.auto_gpus:
             self.gpu_ids = sorted(gpu["index"] for gpu in facts.gpus)
         if facts.gpus:
             self._driver = DriverInfo(facts.driver_version, facts.cuda_version)
 
+    def mark_broken(self, reason: str) -> None:
+        """Broken for good (see `Host.mark_broken`); the connection says so to its listeners (the
+        fleet records and shows it) and stays open for the kills still owed."""
+        super().mark_broken(reason)
+        self.connection.mark_broken(self.broken or reason)
+
     def _on_state(self, state: str, reason: str | None) -> None:
+        if state == "broken":
+            self.broken = self.broken or reason
         if state == "up":
-            if self._was_up and (self._orphans or self._groups):
+            if self._orphans or (self._was_up and self._groups):
                 asyncio.get_running_loop().create_task(self.reap_orphans())
             self._was_up = True
         elif state == "down":
@@ -126,9 +139,12 @@ class SshHost(Host):
             except (HostDown, asyncio.TimeoutError):
                 self._orphans[pgid] = workdir
                 continue
-            killed += b"killed" in result.stdout
+            if b"killed" in result.stdout:
+                killed += 1
+                if self.on_reaped is not None:
+                    self.on_reaped(pgid, workdir)
         if killed:
-            log.warning("host %s: killed %d process group(s) left from before the reconnect", self.name, killed)
+            log.info("host %s: killed %d process group(s) left from before the reconnect", self.name, killed)
         return killed
 
     # -- files -----------------------------------------------------------------------------------

@@ -10,6 +10,10 @@
 * **Liveness**: keepalives every ``keepalive_s``; ``keepalive_count`` unanswered ones close the
   connection. A lost connection marks the host ``down`` at once (``on_state``), and a monitor task
   reconnects with exponential backoff; when it succeeds the host is ``up`` again.
+* **Failures that retrying cannot mend** — a host key that is not in ``known_hosts`` or does not match
+  it, a user the host refuses — make the connection ``broken`` instead: no reconnecting, and the
+  reason says what to fix (the known_hosts file, the key the host offered with its fingerprint,
+  whether it is unknown or a mismatch; the user and the key that were refused).
 """
 
 from __future__ import annotations
@@ -34,7 +38,11 @@ RESERVED_CHANNELS = 3  # one for SFTP, one for control commands, one of margin f
 
 
 class HostDown(Exception):
-    """The host cannot be reached now (connection refused, lost, timed out, auth failed)."""
+    """The host cannot be reached now (connection refused, lost, timed out)."""
+
+
+class HostBroken(HostDown):
+    """The host refused the connection in a way that retrying will not mend (host key, auth)."""
 
 
 @dataclass(frozen=True)
@@ -136,8 +144,15 @@ class SshConnection:
             except Exception:  # a listener's bug must not break the connection
                 log.exception("host %s: state listener failed", self.target.name)
 
+    def mark_broken(self, reason: str) -> None:
+        """The host cannot work as set up (found after connecting: a data dir its user cannot
+        create, a missing tool): no job may use it, and no reconnect will change that."""
+        self._set_state("broken", reason)
+
     def _lost(self, client: _Client, exc: Exception | None) -> None:
-        if client is not self._client or self.state == "closed":
+        if client is not self._client or self.state in ("closed", "broken"):
+            if client is self._client:
+                self.conn, self._client, self._sftp = None, None, None
             return
         self.conn = None
         self._client = None
@@ -159,6 +174,8 @@ class SshConnection:
                 return self.conn
             if self.state == "closed":
                 raise HostDown(f"{self.target.name}: connection closed")
+            if self.state == "broken":
+                raise HostBroken(f"{self.target.name}: {self.reason}")
             client = _Client(self)
             try:
                 conn, _ = await asyncio.wait_for(
@@ -166,25 +183,45 @@ class SshConnection:
                     timeout=self.target.connect_timeout_s + 1,
                 )
             except (OSError, asyncssh.Error, asyncio.TimeoutError) as error:
+                where = f"{self.target.name} ({self.target.address}:{self.target.port})"
+                permanent = await self._permanent_reason(error)
+                if permanent is not None:
+                    self._set_state("broken", permanent)
+                    raise HostBroken(f"{where}: {permanent}") from error
                 reason = f"{type(error).__name__}: {error}".strip()
                 self._set_state("down", reason)
-                raise HostDown(f"{self.target.name} ({self.target.address}:{self.target.port}): {reason}") from error
+                raise HostDown(f"{where}: {reason}") from error
             self._client, self.conn = client, conn
             self.generation += 1
             self._set_state("up", None)
             return conn
 
+    async def _permanent_reason(self, error: BaseException) -> str | None:
+        """What to fix, for a refusal that will be the same on every try; None for the others."""
+        target = self.target
+        if isinstance(error, asyncssh.HostKeyNotVerifiable):
+            return await host_key_problem(target)
+        if isinstance(error, asyncssh.PermissionDenied):
+            key = os.path.expanduser(target.key) if target.key else "the default keys and agent"
+            return (f"user {target.user or '(default)'} was refused by the host (public-key auth with "
+                    f"{key}): add the public key to that user's ~/.ssh/authorized_keys on the host, "
+                    "or set `user`/`key` on the host in the benchmark file")
+        return None
+
     async def start(self) -> bool:
-        """First connection; on failure the host is down and the monitor keeps trying."""
+        """First connection; on failure the host is down and the monitor keeps trying (unless the
+        failure is permanent: then it stays broken)."""
         try:
             await self.connect()
             return True
+        except HostBroken:
+            return False
         except HostDown:
             self._start_monitor()
             return False
 
     def _start_monitor(self) -> None:
-        if self.state == "closed" or (self._monitor is not None and not self._monitor.done()):
+        if self.state in ("closed", "broken") or (self._monitor is not None and not self._monitor.done()):
             return
         try:
             self._monitor = asyncio.get_running_loop().create_task(
@@ -194,10 +231,12 @@ class SshConnection:
 
     async def _reconnect_loop(self) -> None:
         delay = self.backoff_start_s
-        while self.state != "closed" and self.conn is None:
+        while self.state not in ("closed", "broken") and self.conn is None:
             await asyncio.sleep(delay)
             try:
                 await self.connect()
+            except HostBroken:
+                return
             except HostDown:
                 delay = min(delay * 2, self.backoff_max_s)
 
@@ -254,6 +293,35 @@ class SshConnection:
                 except (asyncssh.Error, OSError) as error:
                     raise HostDown(f"{self.target.name}: sftp: {error}") from error
             return self._sftp
+
+
+def known_hosts_file(target: SshTarget) -> str:
+    return os.path.expanduser(target.known_hosts or "~/.ssh/known_hosts")
+
+
+async def host_key_problem(target: SshTarget) -> str:
+    """Why the host's key was not trusted, said so that the user can act: the key it offered (type
+    and SHA256 fingerprint), the known_hosts file, and whether that file has no key for the host or
+    a different one (a reinstalled host, or someone in between)."""
+    path = known_hosts_file(target)
+    where = target.address if target.port == 22 else f"[{target.address}]:{target.port}"
+    try:
+        offered = await asyncio.wait_for(asyncssh.get_server_host_key(target.address, target.port),
+                                         timeout=target.connect_timeout_s)
+    except (OSError, asyncssh.Error, asyncio.TimeoutError):
+        offered = None
+    shown = (f"{offered.get_algorithm()} key {offered.get_fingerprint()}" if offered is not None
+             else "its key (it could not be read again)")
+    try:
+        trusted = asyncssh.read_known_hosts(path).match(target.address, target.address, target.port)[0]
+    except (OSError, ValueError):
+        trusted = []
+    if trusted:
+        return (f"host key not trusted: the host offered {shown}, which does not match the key for {where} "
+                f"in {path}; if the host was reinstalled, check the new fingerprint with its admin, then "
+                f"`ssh-keygen -R '{where}' -f {path}` and add the new key")
+    return (f"host key not trusted: the host offered {shown}, and {where} is not in {path}; check the "
+            f"fingerprint with the host's admin, then `ssh-keyscan -p {target.port} {target.address} >> {path}`")
 
 
 def quote_argv(argv: list[str]) -> str:

@@ -28,7 +28,7 @@ from .fleet import start_fleet, stop_fleet  # SSH connections, host states, GPU 
 from .hosts import HostPool, Lease, build_hosts
 from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
 from .output import ROW_OVERHEAD, OutputBudget, limits_of
-from .outcomes import INFRA_CATEGORIES
+from .outcomes import INFRA_CATEGORIES, is_retried
 from .packing import HostRoom, QueuedWork, RunningWork, plan
 from .paths import absolute
 from .recovery import replay_attempt_logs
@@ -405,10 +405,8 @@ class Engine:
             conn.close()
         now = time.time()
         stale_ids = {attempt["id"]: attempt for attempt in stale}
-        for attempt_id, pgid in groups:
-            if attempt_id in stale_ids and kill_stale_group(pgid, Path(stale_ids[attempt_id]["workdir"])):
-                self.writer.event(self.run_id, "leftover_killed", {"pgid": pgid}, attempt_id=None,
-                                  job_id=stale_ids[attempt_id]["job_id"])
+        await self._kill_leftovers([(stale_ids[attempt_id], pgid) for attempt_id, pgid in groups
+                                    if attempt_id in stale_ids and pgid is not None])
         for attempt in stale:
             job = self.jobs[attempt["job_id"]]
             sink = EventSink(self.writer, self.run_id, job["id"], attempt["id"], seqs.get(attempt["id"], 0))
@@ -435,6 +433,28 @@ class Engine:
                 self.writer.update("jobs", job["id"], {"state": "queued", "reason": "re-queued after interruption"})
         await self.writer.flush()
 
+    async def _kill_leftovers(self, groups: list[tuple[dict[str, Any], int]]) -> None:
+        """Kill the process groups the dead engine's attempts left running, each where it ran: on
+        this machine directly; on an SSH host over its connection — now if it is up, else as soon as
+        it is back (its pids mean nothing here; the fleet stores those kills). Each kill is stored as
+        a `leftover_killed` event. A group is killed only while it still runs inside its attempt's
+        work dir (a recycled pgid of another program is left alone)."""
+        hosts = {host.name: host for host in self.pool.hosts}
+        remote: dict[str, Any] = {}
+        for attempt, pgid in groups:
+            host = hosts.get(attempt["host"])
+            workdir = Path(attempt["workdir"])
+            if host is not None and hasattr(host, "note_orphan"):
+                host.note_orphan(pgid, workdir)
+                remote[host.name] = host
+            elif kill_stale_group(pgid, workdir):
+                self.writer.event(self.run_id, "leftover_killed",
+                                  {"pgid": pgid, "host": attempt["host"], "workdir": str(workdir)},
+                                  attempt_id=None, job_id=attempt["job_id"])
+        for host in remote.values():
+            if host.available():
+                await host.reap_orphans()
+
     # -- dispatch ---------------------------------------------------------------------------
     async def _dispatch_loop(self) -> str:
         while True:
@@ -452,10 +472,49 @@ class Engine:
                 pass
             self._release_backoffs()
 
+    def _end_jobs_no_host_can_run(self) -> None:
+        """When every host of the run is broken for good (a host key, a refused user, a data dir its
+        user cannot create), the waiting jobs end now, each with the hosts' reasons, instead of waiting
+        for a host that cannot come back. One attempt is recorded per job so that every view shows its
+        category (`host_setup`: infrastructure, outside every denominator, never retried)."""
+        hosts = self.pool.hosts
+        if not hosts or not all(host.broken for host in hosts):
+            return
+        waiting = [*self.pending, *self.requeue_after, *(work.job_id for work in self.tier_retries)]
+        if not waiting:
+            return
+        self.pending.clear()
+        self.requeue_after.clear()
+        self.tier_retries.clear()
+        reason = "no host of the run can run it: " + "; ".join(
+            f"host {host.name}: {(host.broken or '').removeprefix(f'host {host.name}: ')}" for host in hosts)
+        now = time.time()
+        for job_id in dict.fromkeys(waiting):
+            job = self.jobs[job_id]
+            if job["state"] in FINISHED_JOB_STATES or job_id in self.running:
+                continue
+            job["attempts"] += 1
+            self.writer.execute(
+                "INSERT INTO attempts (run_id, job_id, number, state, category, reason, started_at, finished_at)"
+                " VALUES (?, ?, ?, 'error', 'host_setup', ?, ?, ?)",
+                (self.run_id, job_id, job["attempts"], reason, now, now))
+            self._finish_unstarted(job, AttemptOutcome("error", "host_setup", reason))
+
+    def _finish_unstarted(self, job: dict[str, Any], outcome: AttemptOutcome) -> None:
+        now = time.time()
+        job["state"] = outcome.state
+        self.writer.update("jobs", job["id"], {"state": outcome.state, "attempts": job["attempts"],
+                                               "reason": outcome.reason, "finished_at": now})
+        self.writer.event(self.run_id, "job_state", {"state": outcome.state, "attempt_state": outcome.state,
+                                                     "category": outcome.category, "reason": outcome.reason},
+                          job_id=job["id"], attempt_id=None)
+        self.display.job_finished(job, outcome)
+
     def _dispatch(self) -> None:
         """Start queued jobs as `engine.packing` plans: widest and longest first, later jobs
         backfilled onto free slots and GPUs only where they cannot delay the job waiting longest for
         them (its docstring says why and what is guaranteed)."""
+        self._end_jobs_no_host_can_run()
         self._dispatch_tier_retries()
         if not self.pending or len(self.running) >= self.limit:
             return
@@ -681,7 +740,7 @@ class Engine:
             job_state = "queued"
             if stop == "retry":
                 self.pending.append(job["id"])
-        elif outcome.state == "error" and outcome.category in INFRA_CATEGORIES and self._may_retry_infra(job):
+        elif outcome.state == "error" and is_retried(outcome.category) and self._may_retry_infra(job):
             job_state = "queued"
             self.requeue_after[job["id"]] = time.monotonic() + self.bench.defaults.retries.backoff_s * job["attempts"]
         else:

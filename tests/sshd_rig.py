@@ -60,6 +60,7 @@ class Sshd:
     hide: list[Path] = field(default_factory=list)
     max_sessions: int = 10
     set_env: dict[str, str] = field(default_factory=dict)
+    own_pids: bool = False  # a pid namespace of its own: the host's process ids are not the engine's
     proc: subprocess.Popen | None = None
 
     def config_text(self) -> str:
@@ -68,7 +69,7 @@ class Sshd:
             f"Port {self.port}",
             f"HostKey {self.root / 'host_key'}",
             f"PidFile {self.root / 'sshd.pid'}",
-            f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
+            f"AuthorizedKeysFile {self.root / 'authorized_keys'} .ssh/authorized_keys",
             "PasswordAuthentication no",
             "KbdInteractiveAuthentication no",
             "PubkeyAuthentication yes",
@@ -96,9 +97,10 @@ class Sshd:
         rc = Path(os.path.expanduser("~/.bashrc"))
         if rc.exists():
             mounts.append(f"mount --bind '{self.root / 'empty_rc'}' '{rc}'")
-        if mounts:
-            argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                    f"{' && '.join(mounts)} && exec \"$@\"", "sshd", *argv]
+        if mounts or self.own_pids:
+            pids = ["--pid", "--fork", "--mount-proc"] if self.own_pids else []
+            argv = ["unshare", "--mount", "--propagation", "private", *pids, "sh", "-c",
+                    f"{' && '.join([*mounts, 'true'])} && exec \"$@\"", "sshd", *argv]
         if self.netns:
             argv = ["ip", "netns", "exec", self.netns, *argv]
         log = open(self.root / "sshd.log", "ab")
@@ -112,6 +114,31 @@ class Sshd:
                 return
             time.sleep(0.05)
         raise RuntimeError("sshd did not start listening")
+
+    def listener_pid(self) -> int:
+        """The listening sshd's pid as this machine sees it (inside `unshare`, when there is one)."""
+        assert self.proc is not None
+        found = [pid for pid in [self.proc.pid, *descendants(self.proc.pid)]
+                 if Path(f"/proc/{pid}/exe").exists() and os.path.realpath(f"/proc/{pid}/exe") == os.path.realpath(SSHD)]
+        return found[0]
+
+    def drop_connections(self) -> None:
+        """Kill the sshd process of every open connection, as a network failure ends them; the
+        listener and the commands those connections started go on running."""
+        listener = self.listener_pid()
+        for pid in descendants(listener):
+            try:
+                parent = int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if parent == listener:
+                with _suppress():
+                    os.kill(pid, signal.SIGKILL)
+
+    def host_run(self, *argv: str) -> subprocess.CompletedProcess:
+        """A command run as the host sees things (its pid namespace, its mounts)."""
+        prefix = ["nsenter", "--target", str(self.listener_pid()), "--pid", "--mount"] if self.own_pids else []
+        return subprocess.run([*prefix, *argv], capture_output=True, text=True)
 
     def _port_open(self) -> bool:
         probe = ["python3", "-c", f"import socket; socket.create_connection(('{self.address}', {self.port}), 0.5)"]
@@ -136,9 +163,9 @@ class Sshd:
             self.proc.wait(5)
         self.proc = None
 
-    def host_yaml(self, name: str, **extra: object) -> str:
+    def host_yaml(self, name: str, *, user: str = "root", **extra: object) -> str:
         fields = {
-            "kind": "ssh", "address": self.address, "port": self.port, "user": "root",
+            "kind": "ssh", "address": self.address, "port": self.port, "user": user,
             "key": str(self.client_key), "known_hosts": str(self.known_hosts), **extra,
         }
         inner = ", ".join(f"{key}: {value}" for key, value in fields.items())
@@ -147,7 +174,7 @@ class Sshd:
 
 def make_sshd(root: Path, *, address: str = "127.0.0.1", port: int | None = None, netns: str | None = None,
               hide: list[Path] | None = None, client_key: Path | None = None, max_sessions: int = 10,
-              set_env: dict[str, str] | None = None) -> Sshd:
+              set_env: dict[str, str] | None = None, own_pids: bool = False) -> Sshd:
     root.mkdir(parents=True, exist_ok=True)
     host_pub = keygen(root / "host_key")
     if client_key is None:
@@ -159,9 +186,40 @@ def make_sshd(root: Path, *, address: str = "127.0.0.1", port: int | None = None
     known = root / "known_hosts"
     known.write_text(f"{where} {' '.join(host_pub.split()[:2])}\n")
     server = Sshd(root=root, address=address, port=port, client_key=client_key, known_hosts=known,
-                  netns=netns, hide=list(hide or []), max_sessions=max_sessions, set_env=dict(set_env or {}))
+                  netns=netns, hide=list(hide or []), max_sessions=max_sessions, set_env=dict(set_env or {}),
+                  own_pids=own_pids)
     server.start()
     return server
+
+
+@dataclass
+class RemoteUser:
+    """An unprivileged login user for an SSH host, as a real remote account is: its own home and
+    shell, the test key in its ``~/.ssh/authorized_keys``. Made by `remote_user`, deleted with its
+    home by `remove`."""
+
+    name: str
+    uid: int
+    home: Path
+
+    def remove(self) -> None:
+        subprocess.run(["pkill", "-KILL", "-u", self.name], capture_output=True)
+        subprocess.run(["userdel", "--remove", self.name], capture_output=True)
+
+
+def remote_user(server: Sshd) -> RemoteUser:
+    """A fresh unprivileged user who may log in to `server` with its client key."""
+    name = f"rsv{secrets.token_hex(3)}"
+    subprocess.run(["useradd", "--create-home", "--shell", "/bin/sh", name], check=True, capture_output=True)
+    # no password, yet not locked: sshd refuses a locked account even for a key
+    subprocess.run(["usermod", "--password", "*", name], check=True, capture_output=True)
+    info = subprocess.run(["getent", "passwd", name], check=True, capture_output=True, text=True).stdout.split(":")
+    user = RemoteUser(name=name, uid=int(info[2]), home=Path(info[5]))
+    ssh = user.home / ".ssh"
+    ssh.mkdir(mode=0o700)
+    (ssh / "authorized_keys").write_text(Path(f"{server.client_key}.pub").read_text())
+    subprocess.run(["chown", "-R", f"{name}:{name}", str(ssh)], check=True)
+    return user
 
 
 def descendants(root: int) -> list[int]:
