@@ -201,6 +201,18 @@ class HostView:
                 ids.append(gpu)
         return ids
 
+    @property
+    def state_line(self) -> str | None:
+        """Why a host runs no jobs, in the words the plain display uses: waited for since when, or for good."""
+        reason = self.inventory.get("reason")
+        if self.state == "down":
+            since = self.inventory.get("down_since")
+            when = f" since {time.strftime('%H:%M:%S', time.localtime(since))}" if isinstance(since, (int, float)) else ""
+            return f"waiting for this host{when} (reconnecting with backoff)" + (f": {reason}" if reason else "")
+        if self.state == "broken":
+            return "cannot run jobs" + (f": {reason}" if reason else "")
+        return None
+
     def gpu_name(self, gpu: int) -> str | None:
         for item in self.inventory.get("gpus") or []:
             if isinstance(item, dict) and item.get("index", item.get("id")) == gpu:

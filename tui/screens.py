@@ -1183,6 +1183,8 @@ class GpuRow(Horizontal):
         yield Static(classes="gpu-job")
 
     def show(self, samples: list[data.Sample], lease: dict[str, Any] | None, now: float) -> None:
+        if not self.query(".gpu-util"):
+            return  # just mounted, not yet composed: the next refresh shows it
         util = self.query_one(".gpu-util", FixedSparkline)
         mem = self.query_one(".gpu-mem", FixedSparkline)
         last = samples[-1] if samples else None
@@ -1242,13 +1244,11 @@ class HostsScreen(DashScreen):
         body.remove_children()
         boxes = []
         for host in self.feed.hosts.values():
-            box = Vertical(classes="host-box")
-            inv = host.inventory
-            box.border_title = f"{host.name} · {host.kind} · {inv.get('hostname', '')}"
-            state_style = "green" if host.state == "up" else "bold red"
-            box.border_subtitle = f"{host.state} · {inv.get('cpus', '?')} CPUs · {inv.get('slots', '?')} slots"
-            children: list[Any] = [Static(Text.assemble(("● ", state_style), (host.state, state_style),
-                                                        (f"  {inv.get('os', '')}", "grey50")))]
+            box = Vertical(classes="host-box", id=f"box-{host.name}")
+            box.border_title = f"{host.name} · {host.kind} · {host.inventory.get('hostname', '')}"
+            reason = Static(classes="host-reason", id=f"reason-{host.name}")
+            reason.display = False  # until _show_state says why the host runs no jobs
+            children: list[Any] = [Static(id=f"state-{host.name}"), reason]
             gpus = self._gpus(host)
             if gpus:
                 children.append(GpuRow(host.name, None, None, header=True))
@@ -1263,6 +1263,18 @@ class HostsScreen(DashScreen):
             body.mount(box)
             box.mount(*children)
         self.call_after_refresh(self._refresh_rows)
+
+    def _show_state(self, host: data.HostView) -> None:
+        """A host's state, and why it runs no jobs, updated in place as the store changes."""
+        style = "green" if host.state == "up" else "bold red"
+        inv = host.inventory
+        for box in self.query(f"#box-{host.name}"):
+            box.border_subtitle = f"{host.state} · {inv.get('cpus', '?')} CPUs · {inv.get('slots', '?')} slots"
+        for widget in self.query(f"#state-{host.name}"):
+            widget.update(Text.assemble(("● ", style), (host.state, style), (f"  {inv.get('os', '')}", "grey50")))
+        for widget in self.query(f"#reason-{host.name}"):
+            widget.update(Text(host.state_line or "", style))
+            widget.display = host.state_line is not None
 
     def apply_changes(self, changes: Changes) -> None:
         if changes.hosts or changes.gpu or changes.jobs or changes.run:
@@ -1290,6 +1302,8 @@ class HostsScreen(DashScreen):
             if row.header:
                 continue
             row.show(series.get((row.host, row.gpu), []), self.leases.get((row.host, row.gpu)), now)
+        for host in self.feed.hosts.values():
+            self._show_state(host)
         running: dict[str, list[str]] = {}
         for job in self.feed.jobs.values():
             if job.state in ("running", "paused") and job.host:

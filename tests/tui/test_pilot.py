@@ -309,3 +309,47 @@ async def test_one_registry_feeds_keys_palette_and_help(fixture_store: Path, fro
         await pilot.pause(0.5)
         await pilot.press("enter")
         await until(pilot, lambda: isinstance(app.screen, HostsScreen), what="palette ran a command")
+
+
+async def test_the_hosts_screen_follows_a_host_going_down_broken_and_up_again(fixture_store: Path,
+                                                                             tmp_path: Path) -> None:
+    """The engine records a host waited for (with since when) or broken for good (with why) in the store;
+    the open hosts screen shows it without being reopened, and drops the line once the host is up."""
+    import json
+    import sqlite3
+
+    from .fixture_db import LIVE_RUN
+
+    db = tmp_path / "store.db"
+    with sqlite3.connect(fixture_store) as source, sqlite3.connect(db) as copy:
+        source.backup(copy)
+    inventory = json.loads(sqlite3.connect(db).execute(
+        "SELECT inventory_json FROM hosts WHERE run_id = ? AND name = 'gpu-box'", (LIVE_RUN,)).fetchone()[0])
+
+    def record(state: str, **extra: object) -> None:
+        with sqlite3.connect(db) as conn:
+            conn.execute("UPDATE hosts SET state = ?, inventory_json = ? WHERE run_id = ? AND name = 'gpu-box'",
+                         (state, json.dumps(inventory | extra), LIVE_RUN))
+
+    def reasons(app: ResenvApp) -> list[str]:
+        return [plain(widget.render()).strip() for widget in app.screen.query(".host-reason") if widget.display]
+
+    since = time.mktime((2026, 12, 6, 9, 41, 7, 0, 0, -1))
+    app = ResenvApp(db, LIVE_RUN)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("2")
+        await until(pilot, lambda: isinstance(app.screen, HostsScreen) and app.screen.query("GpuRow"), what="hosts")
+        assert reasons(app) == []
+        record("down", reason="connection lost: Connection reset by peer", down_since=since)
+        await until(pilot, lambda: reasons(app) != [], what="down shown")
+        [line] = reasons(app)
+        assert plain(app.screen.query_one("#state-gpu-box").render()).startswith("● down")
+        assert " ".join(line.split()) == ("waiting for this host since 09:41:07 (reconnecting with backoff):"
+                                          " connection lost: Connection reset by peer")
+        record("broken", reason="permission denied for user bench (key /k/id)")
+        await until(pilot, lambda: reasons(app) and "cannot run" in reasons(app)[0], what="broken shown")
+        assert " ".join(reasons(app)[0].split()) == "cannot run jobs: permission denied for user bench (key /k/id)"
+        record("up", reason=None, down_since=None)
+        await until(pilot, lambda: reasons(app) == [], what="up again")
+        assert plain(app.screen.query_one("#state-gpu-box").render()).startswith("● up")
+        assert len(app.screen.query("GpuRow")) == 4
