@@ -62,7 +62,8 @@ def test_error_jobs_are_counted_by_category_outside_the_denominators(tmp_path, c
     bench.write_text(bench.read_text() + REPO % ("broken", source, commit)  # infra: objects missing
                      + REPO % ("gone", tmp_path / "no-such-upstream", "1" * 40))  # the source's fault: download_failed
     done = resenv("run", str(bench), "--tiers", "C1,C5", "--display", "none", env=cli_env, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # some job ended in error
+    assert "2 of 3 jobs ended in error" in done.stderr
     db = Path(cli_env["RESENV_DB"])
     run_id = rows(db, "SELECT id FROM runs")[0]["id"]
     jobs = {job["key"]: job for job in rows(db, "SELECT * FROM jobs")}

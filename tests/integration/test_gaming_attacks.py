@@ -138,7 +138,7 @@ def test_a_checkout_missing_objects_is_an_infrastructure_error_naming_the_paths(
     (source / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
     bench = git_source_benchmark(tmp_path, "broken", source, commit, "'true'")
     done = resenv("run", str(bench), "--tiers", "C1", "--display", "none", env=cli_env, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 3, done.stderr  # the job ended in error
     db = Path(cli_env["RESENV_DB"])
     [attempt] = db_rows(db, "SELECT state, category, reason FROM attempts")
     assert (attempt["state"], attempt["category"]) == ("error", "infra")
