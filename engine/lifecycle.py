@@ -110,6 +110,7 @@ class JobAttempt:
     recorded_number: int | None = None  # a tier re-run's own number in the store (`number` is the kept one's)
     scoring_id: int | None = None  # the scoring its tier results belong to; None: the run's original scoring
     _log_counter: int = field(default=0)
+    _waited_s: float = field(default=0.0)  # what this attempt's commands spent not running (see _phase)
     agent_stop_reason: str | None = None  # why the agent was stopped (budget:tokens, ...)
     _output: OutputBudget | None = field(default=None)
 
@@ -204,8 +205,14 @@ class JobAttempt:
             repo.id, local_tree=local, url=getattr(source, "git", None), commit=getattr(source, "commit", None))
 
     # -- phases -----------------------------------------------------------------------------
+    def _queued_s(self) -> float:
+        """Seconds this attempt's commands have waited in a cluster's queue so far (0 elsewhere)."""
+        queued = getattr(self.sandbox, "queued_s", None)
+        return queued() if queued is not None else 0.0
+
     async def _phase(self, name: str, timeout: float | None, body: Callable[[], Awaitable[None]]) -> None:
         started = time.time()
+        waited_before, queued_before = self._waited_s, self._queued_s()
         self._set_phase(name)
         self.ctx.writer.execute(
             "INSERT INTO phases (attempt_id, name, status, started_at) VALUES (?, ?, 'running', ?)",
@@ -237,9 +244,14 @@ class JobAttempt:
             raise AttemptError(f"phase {name}: {reason}", "infra") from error
         finally:
             finished = time.time()
+            # Its working time: the wall time less what its commands spent not running (queued, held,
+            # paused): what `show` and `report` call agent time, the same on a busy cluster as on an idle one.
+            active = max(0.0, (finished - started) - (self._waited_s - waited_before))
             self.ctx.writer.execute(
-                "UPDATE phases SET status = ?, finished_at = ?, reason = ? WHERE attempt_id = ? AND name = ?",
-                (status, finished, reason, self.attempt_id, name),
+                "UPDATE phases SET status = ?, finished_at = ?, reason = ?, active_s = ?, queued_s = ?"
+                " WHERE attempt_id = ? AND name = ?",
+                (status, finished, reason, round(active, 4), round(self._queued_s() - queued_before, 4),
+                 self.attempt_id, name),
             )
             self.sink.emit(
                 "phase", {"phase": name, "status": status, "seconds": round(finished - started, 4), "reason": reason}
@@ -426,6 +438,7 @@ class JobAttempt:
             if reveal is not None:
                 self.sandbox.conceal()  # type: ignore[attr-defined]
             gate.finish()  # the count of lines left out, then the tail of each stream
+        self._waited_s += max(0.0, result.duration_s - result.active_s)  # queued, held, paused: not working
         if result.timed_out:
             self.sink.emit("timeout", {"name": result.timeout_name, "seconds": timeout})
         self.sink.emit("exit", {
