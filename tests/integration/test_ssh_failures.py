@@ -106,6 +106,39 @@ def test_a_wrong_or_unknown_host_key_ends_the_run_with_the_file_and_the_fingerpr
     assert fingerprint in job["reason"], job
 
 
+@pytest.mark.parametrize("case", ["key missing", "public key given", "known_hosts missing"])
+def test_a_key_or_known_hosts_file_that_cannot_be_used_ends_the_run_with_the_fix(tmp_path, server, case):
+    # Mistakes in the engine's own files: no retry can mend them, so the run must end with the file
+    # and the fix, never wait for the host (or hang) and never print a traceback.
+    fields: dict[str, object] = {"gpus": 0}
+    if case == "key missing":
+        path = tmp_path / "no_such_key"
+        fields["key"] = str(path)
+        fix = "does not exist"
+    elif case == "public key given":
+        path = Path(f"{server.client_key}.pub")
+        fields["key"] = str(path)
+        fix = f"the private half, {server.client_key}"
+    else:
+        path = tmp_path / "no_such_known_hosts"
+        fields["known_hosts"] = str(path)
+        fix = f"ssh-keyscan -p {server.port} {server.address} >> {path}"
+    bench = bench_text(tmp_path, server.host_yaml("remote", **fields), {"one": {"main.py": MAIN}}, retries=3)
+    done = run(bench, cli_environ(tmp_path), tmp_path, timeout=90)
+    out = done.stdout + done.stderr
+    assert done.returncode == 3, out
+    assert "Traceback" not in out and "waiting for host" not in out, out
+    line = next((line for line in done.stdout.splitlines() if line.startswith("host remote cannot run jobs: ")), "")
+    assert str(path) in line and fix in line, out
+    job = rows(tmp_path / "store.db", "SELECT j.state, a.category, j.reason FROM jobs j"
+                                      " JOIN attempts a ON a.job_id = j.id")[0]
+    assert (job["state"], job["category"]) == ("error", "host_setup"), job
+    check = subprocess.run([*RESENV, "hosts", "check", str(bench)], env=cli_environ(tmp_path), cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 1 and "Traceback" not in check.stderr, check.stdout + check.stderr
+    assert str(path) in check.stdout and fix in check.stdout, check.stdout
+
+
 def test_a_host_down_at_the_start_is_waited_for_visibly_and_then_used(tmp_path):
     port = free_port()
     root = tmp_path / "sshd"
