@@ -352,3 +352,34 @@ def _command_lines() -> list[tuple[int, bytes]]:
                 pass
     return lines
 
+
+SIZED_AGENT = """\
+a:
+  kind: command
+  command: >-
+    python3 -m venv --without-pip {env} && head -c 3000000 /dev/urandom > {env}/blob &&
+    printf '{{"python_path": "%s", "python_version": null}}' {env}/bin/python > {report}
+"""
+
+
+def test_the_size_of_an_environment_built_on_an_ssh_host_is_measured_there(tmp_path):
+    # The environment exists only on the host: sizing the engine's (empty) mirror would report 0 B.
+    data = tmp_path / "data"
+    data.mkdir()
+    server = make_sshd(tmp_path / "sshd", hide=[data])
+    try:
+        bench = bench_text(tmp_path, server.host_yaml("remote", gpus=0), {"one": {"main.py": MAIN}},
+                           agent=SIZED_AGENT)
+        env = cli_environ(tmp_path)
+        done = subprocess.run([*RESENV, "run", str(bench), "--host", "remote", "--display", "plain",
+                               "--tiers", "C5"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+        evidence = json.loads(rows(tmp_path / "store.db", "SELECT evidence_json FROM tier_results WHERE tier = 'C5'")[0][
+            "evidence_json"])
+        size = evidence["environment"]["size_bytes"]
+        assert size is not None and 3_000_000 <= size < 100_000_000, evidence["environment"]
+        report = subprocess.run([*RESENV, "report", "--format", "json"], env=env, cwd=tmp_path,
+                                capture_output=True, text=True, timeout=60)
+        assert json.loads(report.stdout)["agents"]["a"]["env_bytes"] == [size], report.stdout
+    finally:
+        server.stop()
