@@ -231,3 +231,67 @@ def test_after_a_lost_connection_and_a_killed_engine_resume_kills_what_the_old_a
 
 def _group_alive(server, pgid: int) -> bool:
     return server.host_run("sh", "-c", f"kill -0 -{pgid}").returncode == 0
+
+
+def test_a_group_left_by_a_lost_connection_is_killed_on_resume_even_after_its_attempt_ended(tmp_path):
+    # The engine sees the connection go and ends the attempt (error/infra), but dies before the host
+    # is back: the group it meant to kill on reconnect is known to the store only, and the resume
+    # must kill it there.
+    server = make_sshd(tmp_path / "sshd", own_pids=True)
+    bench = bench_text(tmp_path, server.host_yaml("remote", gpus=0, keepalive_s=1, keepalive_count=2,
+                                                  connect_timeout_s=2), {"one": {"main.py": MAIN}}, agent=SLEEPER)
+    env = cli_environ(tmp_path)
+    db = tmp_path / "store.db"
+    engine = subprocess.Popen([*RESENV, "run", str(bench), "--host", "remote", "--display", "plain", "--tiers", "C1"],
+                              env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    resume = None
+    listener = None
+    try:
+        pgid = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and pgid is None:
+            try:
+                found = rows(db, "SELECT json_extract(data, '$.pgid') AS pgid FROM events WHERE kind = 'process'"
+                                 " AND json_extract(data, '$.log') = 'agent'") if db.exists() else []
+            except sqlite3.OperationalError:
+                found = []
+            pgid = found[0]["pgid"] if found else None
+            time.sleep(0.1)
+        assert pgid is not None, "the agent never started"
+        listener = server.listener_pid()
+        os.kill(listener, signal.SIGSTOP)  # no reconnect can succeed until it continues
+        server.drop_connections()
+        deadline = time.monotonic() + 60
+        ended: list = []
+        while time.monotonic() < deadline and not ended:
+            ended = rows(db, "SELECT id FROM attempts WHERE state = 'error'")
+            time.sleep(0.1)
+        assert ended, "the engine never noticed the lost connection"
+        os.killpg(engine.pid, signal.SIGKILL)
+        engine.wait(10)
+        os.kill(listener, signal.SIGCONT)
+        listener = None
+        assert _group_alive(server, pgid), "the remote command should outlive the lost connection"
+        run_id = rows(db, "SELECT id FROM runs")[0]["id"]
+        log = open(tmp_path / "resume.log", "wb")
+        resume = subprocess.Popen([*RESENV, "run", "--resume", run_id, "--display", "plain"], env=env, cwd=tmp_path,
+                                  stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _group_alive(server, pgid):
+            time.sleep(0.1)
+        assert not _group_alive(server, pgid), "the ended attempt's process group survived the resume"
+        deadline = time.monotonic() + 30
+        killed: list = []
+        while time.monotonic() < deadline and not killed:
+            killed = rows(db, "SELECT data FROM events WHERE kind = 'leftover_killed'")
+            time.sleep(0.1)
+        assert killed and json.loads(killed[0]["data"])["pgid"] == pgid, killed
+    finally:
+        if listener is not None:
+            os.kill(listener, signal.SIGCONT)
+        for process in (engine, resume):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        server.stop()
