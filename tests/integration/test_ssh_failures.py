@@ -295,3 +295,26 @@ def test_a_group_left_by_a_lost_connection_is_killed_on_resume_even_after_its_at
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         server.stop()
+
+
+def test_a_host_that_shares_the_engines_data_dir_under_another_user_is_refused_with_the_cause(tmp_path, server, user):
+    # The README's recipe on one machine (or a shared file system): the data dir belongs to the remote
+    # user, yet every folder the engine (root) makes in it is root's, so the remote user can write
+    # none of them. `hosts check` must say so before a run, and the run must name that cause.
+    shared = Path(f"/tmp/resenv-shared-{os.getpid()}-{time.monotonic_ns()}")
+    shared.mkdir()
+    try:
+        os.chown(shared, user.uid, user.uid)
+        bench = bench_text(tmp_path, server.host_yaml("remote", user=user.name, gpus=0), {"one": {"main.py": MAIN}})
+        env = cli_environ(tmp_path) | {"RESENV_DATA_DIR": str(shared)}
+        check = subprocess.run([*RESENV, "hosts", "check", str(bench), "--host", "remote"], env=env, cwd=tmp_path,
+                               capture_output=True, text=True, timeout=60)
+        assert check.returncode == 1, check.stdout
+        assert f"the host sees this machine's data dir {shared}" in check.stdout, check.stdout
+        assert f"run resenv as {user.name}" in check.stdout, check.stdout
+        done = run(bench, env, tmp_path)
+        assert done.returncode == 3, done.stdout + done.stderr
+        line = next((line for line in done.stdout.splitlines() if line.startswith("host remote cannot run jobs: ")), "")
+        assert "the host sees this machine's data dir" in line and "choose a data dir that this user can create" not in line, line
+    finally:
+        subprocess.run(["rm", "-rf", str(shared)], check=False)
