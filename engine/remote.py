@@ -24,6 +24,7 @@ import contextlib
 import logging
 import os
 import shlex
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -189,7 +190,7 @@ class SshConnection:
                 if permanent is not None:
                     self._set_state("broken", permanent)
                     raise HostBroken(f"{where}: {permanent}") from error
-                reason = f"{type(error).__name__}: {error}".strip()
+                reason = transient_reason(self.target, error)
                 self._set_state("down", reason)
                 raise HostDown(f"{where}: {reason}") from error
             self._client, self.conn = client, conn
@@ -297,6 +298,19 @@ class SshConnection:
                 except (asyncssh.Error, OSError) as error:
                     raise HostDown(f"{self.target.name}: sftp: {error}") from error
             return self._sftp
+
+
+def transient_reason(target: SshTarget, error: BaseException) -> str:
+    """A connection that failed in a way that may pass, said with what to look at."""
+    where = f"{target.address}:{target.port}"
+    if isinstance(error, ConnectionRefusedError):
+        return f"connection refused at {where}: is sshd running there and `port` right?"
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+        return (f"no answer from {where} within {target.connect_timeout_s:g} s: is the host up and reachable"
+                " from here (a firewall, the address)?")
+    if isinstance(error, socket.gaierror):
+        return f"cannot resolve {target.address}: {error.strerror or error}; is `address` right?"
+    return f"{type(error).__name__}: {error}".strip()
 
 
 def local_file_problem(target: SshTarget, error: BaseException) -> str | None:

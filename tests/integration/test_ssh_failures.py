@@ -147,6 +147,12 @@ def test_a_host_down_at_the_start_is_waited_for_visibly_and_then_used(tmp_path):
     server.stop()
     bench = bench_text(tmp_path, server.host_yaml("remote", gpus=0, connect_timeout_s=2),
                        {"one": {"main.py": MAIN}})
+    # hosts check says what is wrong and what to look at, not only the socket error
+    check = subprocess.run([*RESENV, "hosts", "check", str(bench), "--host", "remote"], env=cli_environ(tmp_path),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 1, check.stdout
+    assert f"connection refused at {server.address}:{port}" in check.stdout, check.stdout
+    assert "is sshd running there and `port` right?" in check.stdout, check.stdout
     engine = subprocess.Popen([*RESENV, "run", str(bench), "--host", "remote", "--display", "plain", "--tiers", "C1"],
                               env=cli_environ(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -156,7 +162,7 @@ def test_a_host_down_at_the_start_is_waited_for_visibly_and_then_used(tmp_path):
             seen.append(line)
             if "waiting for host remote" in line:
                 break
-        assert any("waiting for host remote" in line for line in seen), seen
+        assert any("waiting for host remote" in line and "connection refused" in line for line in seen), seen
         server.start()
         rest, _ = engine.communicate(timeout=120)
     finally:
