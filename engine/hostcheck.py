@@ -9,8 +9,12 @@ driver is a state (`no NVIDIA driver`), a problem only when the spec asks that h
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import pwd
 import re
 import shlex
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +42,8 @@ fi
 echo "disk_free_kib=$(df -Pk "$p" 2>/dev/null | awk 'NR==2{print $4}')"
 for tool in git tar setsid sh python3; do echo "tool_$tool=$(command -v $tool)"; done
 echo "user=$(id -un 2>/dev/null || id -u)"
+echo "uid=$(id -u)"
+if [ -n "$3" ] && [ -e "$3" ]; then echo "shares_data_dir=yes"; fi
 echo "python3=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)"
 if out=$(mkdir -p "$1" 2>&1) && out=$(mktemp "$1/.resenv-check.XXXXXX" 2>&1) && rm -f "$out"; then
   echo "data_dir_writable=yes"
@@ -74,6 +80,8 @@ class HostFacts:
     user: str | None = None
     python3: str | None = None  # the version of the host's python3, None: none on PATH
     data_dir_error: str | None = None  # why the user cannot create files in the data dir
+    uid: int | None = None  # the remote user's
+    shares_data_dir: bool = False  # the host sees the engine's own data dir (same machine, shared file system)
     problems: list[str] = field(default_factory=list)
     blocking: list[str] = field(default_factory=list)  # problems no job can run with: the host is broken
     notes: list[str] = field(default_factory=list)
@@ -135,6 +143,10 @@ def parse_facts(name: str, kind: str, text: str) -> HostFacts:
             facts.user = value or None
         elif key == "python3":
             facts.python3 = value or None
+        elif key == "uid" and value.isdecimal():
+            facts.uid = int(value)
+        elif key == "shares_data_dir":
+            facts.shares_data_dir = value == "yes"
         elif key == "data_dir_error":
             facts.data_dir_error = value or "unknown error"
     if not smi_present:
@@ -179,7 +191,14 @@ def judge(facts: HostFacts, spec: Any, data_dir: Path | None = None) -> HostFact
             facts.blocking.append(f"{tool} is not on the PATH of {facts.user or 'the user'} on the host: install it"
                                   " (the checkout needs git, the file transfers tar, the commands setsid and sh,"
                                   " the probes python3)")
-    if facts.data_dir_error is not None and data_dir is not None:
+    shared_by_another = remote and facts.shares_data_dir and facts.uid is not None and facts.uid != os.getuid()
+    if shared_by_another and data_dir is not None:
+        engine_user = pwd_name(os.getuid())
+        facts.blocking.append(
+            f"the host sees this machine's data dir {data_dir} (the same machine, or a shared file system), and its"
+            f" user {facts.user or facts.uid} cannot write the folders resenv creates there as {engine_user}: run"
+            f" resenv as {facts.user or 'that user'}, or give a data dir the host does not share (`--data-dir DIR`)")
+    elif facts.data_dir_error is not None and data_dir is not None:
         fix = ("choose a data dir that this user can create on every SSH host, the same path as here"
                " (`resenv run --data-dir DIR`, or RESENV_DATA_DIR): an SSH host's work dirs have the engine's paths"
                if remote else "choose a data dir you can write (`resenv run --data-dir DIR`)")
@@ -190,6 +209,13 @@ def judge(facts: HostFacts, spec: Any, data_dir: Path | None = None) -> HostFact
                            " baseline agent cannot run here (other agents and the probes can); set its `driver:`")
     facts.problems.extend(facts.blocking)
     return facts
+
+
+def pwd_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 async def local_facts(name: str, spec: Any, data_dir: Path) -> HostFacts:
@@ -206,7 +232,14 @@ async def remote_facts(connection: Any, spec: Any, data_dir: Path) -> HostFacts:
 
     name = connection.target.name
     image = getattr(spec, "image", None) if getattr(spec, "sandbox", "process") == "docker" else ""
-    command = "sh -c " + shlex.quote(FACTS_SCRIPT) + " facts " + shlex.quote(str(data_dir)) + " " + shlex.quote(image or "")
+    # A file only this machine made: the host sees it when it shares the data dir with the engine.
+    marker = None
+    with contextlib.suppress(OSError):
+        if data_dir.is_dir():
+            handle, marker = tempfile.mkstemp(prefix=".resenv-shared-", dir=data_dir)
+            os.close(handle)
+    command = ("sh -c " + shlex.quote(FACTS_SCRIPT) + " facts " + shlex.quote(str(data_dir)) + " "
+               + shlex.quote(image or "") + " " + shlex.quote(marker or ""))
     try:
         await connection.ensure()
         result = await connection.run(command, timeout=60)
@@ -215,6 +248,10 @@ async def remote_facts(connection: Any, spec: Any, data_dir: Path) -> HostFacts:
         facts = HostFacts(name=name, kind="ssh", reachable=False)
         facts.problems.append(f"unreachable: {error}")
         return facts
+    finally:
+        if marker is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(marker)
     facts = judge(parse_facts(name, "ssh", result.stdout.decode(errors="replace")), spec, data_dir)
     facts.round_trip_ms = round(rtt * 1000, 2)
     return facts

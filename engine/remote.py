@@ -11,7 +11,8 @@
   connection. A lost connection marks the host ``down`` at once (``on_state``), and a monitor task
   reconnects with exponential backoff; when it succeeds the host is ``up`` again.
 * **Failures that retrying cannot mend** — a host key that is not in ``known_hosts`` or does not match
-  it, a user the host refuses — make the connection ``broken`` instead: no reconnecting, and the
+  it, a user the host refuses, a key or known_hosts file of the engine's that is missing, unreadable
+  or not a private key — make the connection ``broken`` instead: no reconnecting, and the
   reason says what to fix (the known_hosts file, the key the host offered with its fingerprint,
   whether it is unknown or a mismatch; the user and the key that were refused).
 """
@@ -23,6 +24,7 @@ import contextlib
 import logging
 import os
 import shlex
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -182,13 +184,13 @@ class SshConnection:
                     asyncssh.create_connection(lambda: client, **self.target.connect_options()),
                     timeout=self.target.connect_timeout_s + 1,
                 )
-            except (OSError, asyncssh.Error, asyncio.TimeoutError) as error:
+            except (OSError, asyncssh.Error, asyncssh.KeyImportError, asyncio.TimeoutError) as error:
                 where = f"{self.target.name} ({self.target.address}:{self.target.port})"
                 permanent = await self._permanent_reason(error)
                 if permanent is not None:
                     self._set_state("broken", permanent)
                     raise HostBroken(f"{where}: {permanent}") from error
-                reason = f"{type(error).__name__}: {error}".strip()
+                reason = transient_reason(self.target, error)
                 self._set_state("down", reason)
                 raise HostDown(f"{where}: {reason}") from error
             self._client, self.conn = client, conn
@@ -199,6 +201,9 @@ class SshConnection:
     async def _permanent_reason(self, error: BaseException) -> str | None:
         """What to fix, for a refusal that will be the same on every try; None for the others."""
         target = self.target
+        local = local_file_problem(target, error)
+        if local is not None:
+            return local
         if isinstance(error, asyncssh.HostKeyNotVerifiable):
             return await host_key_problem(target)
         if isinstance(error, asyncssh.PermissionDenied):
@@ -293,6 +298,47 @@ class SshConnection:
                 except (asyncssh.Error, OSError) as error:
                     raise HostDown(f"{self.target.name}: sftp: {error}") from error
             return self._sftp
+
+
+def transient_reason(target: SshTarget, error: BaseException) -> str:
+    """A connection that failed in a way that may pass, said with what to look at."""
+    where = f"{target.address}:{target.port}"
+    if isinstance(error, ConnectionRefusedError):
+        return f"connection refused at {where}: is sshd running there and `port` right?"
+    if isinstance(error, (asyncio.TimeoutError, TimeoutError)):
+        return (f"no answer from {where} within {target.connect_timeout_s:g} s: is the host up and reachable"
+                " from here (a firewall, the address)?")
+    if isinstance(error, socket.gaierror):
+        return f"cannot resolve {target.address}: {error.strerror or error}; is `address` right?"
+    return f"{type(error).__name__}: {error}".strip()
+
+
+def local_file_problem(target: SshTarget, error: BaseException) -> str | None:
+    """What to fix when the engine's own key or known_hosts file cannot be used (missing, unreadable,
+    not a private key): a mistake in the benchmark or on this machine, the same on every try."""
+    key = os.path.expanduser(target.key) if target.key else None
+    if isinstance(error, asyncssh.KeyImportError):
+        if key is None:
+            return f"a default key in ~/.ssh cannot be used: {error}; set `key` on the host to one that can"
+        if "assphrase" in str(error):
+            return (f"the key file {key} is protected by a passphrase, which resenv cannot ask for: load it into "
+                    "ssh-agent and leave `key` out of the host, or give a key without a passphrase")
+        if key.endswith(".pub") and os.path.exists(key[:-4]):
+            return f"the key file {key} is a public key: set `key` to the private half, {key[:-4]}"
+        return (f"the key file {key} is not a private key ({error}): set `key` to the private key whose public"
+                " half is in the remote user's ~/.ssh/authorized_keys")
+    if not isinstance(error, OSError) or error.filename is None:
+        return None
+    path = os.path.abspath(os.fsdecode(error.filename))
+    why = "does not exist" if isinstance(error, FileNotFoundError) else f"cannot be read ({error.strerror})"
+    if key is not None and path == os.path.abspath(key):
+        return (f"the key file {key} {why}: set `key` to the private key whose public half is in the remote"
+                " user's ~/.ssh/authorized_keys (without `key`: ~/.ssh/id_* and the ssh agent)")
+    known = known_hosts_file(target)
+    if target.strict_host_keys and path == os.path.abspath(known):
+        return (f"the known_hosts file {known} {why}: check the host's fingerprint with its admin, then "
+                f"`ssh-keyscan -p {target.port} {target.address} >> {known}`")
+    return None
 
 
 def known_hosts_file(target: SshTarget) -> str:

@@ -384,6 +384,12 @@ class Engine:
         try:
             stale = [dict(row) for row in conn.execute(
                 "SELECT * FROM attempts WHERE run_id = ? AND state = 'running'", (self.run_id,))]
+            # An attempt that lost its SSH host ended (error/infra) while its commands ran on there; the
+            # dead engine meant to kill them when the host came back, and only the store remembers them.
+            remote = {host.name for host in self.pool.hosts if hasattr(host, "note_orphan")}
+            cut_off = [dict(row) for row in conn.execute(
+                "SELECT * FROM attempts WHERE run_id = ? AND state = 'error' AND category = 'infra'", (self.run_id,))
+                if row["host"] in remote]
             seqs = {row[0]: row[1] or 0 for row in conn.execute(
                 "SELECT attempt_id, MAX(seq) FROM events WHERE run_id = ? GROUP BY attempt_id", (self.run_id,))}
             announced: dict[int, set[str]] = {}
@@ -405,8 +411,9 @@ class Engine:
             conn.close()
         now = time.time()
         stale_ids = {attempt["id"]: attempt for attempt in stale}
-        await self._kill_leftovers([(stale_ids[attempt_id], pgid) for attempt_id, pgid in groups
-                                    if attempt_id in stale_ids and pgid is not None])
+        owners = {attempt["id"]: attempt for attempt in cut_off} | stale_ids
+        await self._kill_leftovers([(owners[attempt_id], pgid) for attempt_id, pgid in groups
+                                    if attempt_id in owners and pgid is not None])
         for attempt in stale:
             job = self.jobs[attempt["job_id"]]
             sink = EventSink(self.writer, self.run_id, job["id"], attempt["id"], seqs.get(attempt["id"], 0))
@@ -434,7 +441,8 @@ class Engine:
         await self.writer.flush()
 
     async def _kill_leftovers(self, groups: list[tuple[dict[str, Any], int]]) -> None:
-        """Kill the process groups the dead engine's attempts left running, each where it ran: on
+        """Kill the process groups the dead engine's attempts left running (or, on an SSH host that
+        was cut off, may have left), each where it ran: on
         this machine directly; on an SSH host over its connection — now if it is up, else as soon as
         it is back (its pids mean nothing here; the fleet stores those kills). Each kill is stored as
         a `leftover_killed` event. A group is killed only while it still runs inside its attempt's

@@ -96,6 +96,13 @@ def directory_size(root: Path) -> int:
     return total
 
 
+# `directory_size` on the host the environment lives on: every file's blocks, a hard-linked file once,
+# symlinks not followed (GNU find and awk; the engine cannot walk a tree it does not have).
+REMOTE_SIZE_SCRIPT = (
+    "[ -d \"$1\" ] || exit 1; find \"$1\" ! -type d -printf '%D:%i %b\\n' | awk '!seen[$1]++ { blocks += $2 } END { printf \"%.0f\\n\", blocks * 512 }'"
+)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -586,10 +593,13 @@ class TierRunner:
             evidence["evidence_line"] = verdict.evidence_line
         return TierResult("C2", "fail", verdict.category, evidence)
 
-    def _environment(self) -> dict[str, Any]:
+    async def _environment(self) -> dict[str, Any]:
         """Size of the agent's own environment: its prefix when that lies in the job's work dir.
 
-        An agent that used a shared base interpreter has no environment of its own to size.
+        An agent that used a shared base interpreter has no environment of its own to size. On an
+        SSH host or in a container the environment exists only there (the engine's mirror of the
+        work dir holds the report alone), so it is measured there, by the same rule; a host that
+        cannot measure it leaves the size unknown, never 0.
         """
         prefix = (self.state.interpreter or {}).get("prefix")
         workdir = self.attempt.paths.workdir.resolve()
@@ -598,7 +608,16 @@ class TierRunner:
         root = Path(prefix).resolve()
         if root != workdir and workdir not in root.parents:
             return {"prefix": prefix, "size_bytes": None, "reason": "interpreter outside the job's work dir"}
-        return {"prefix": prefix, "size_bytes": directory_size(root)}
+        if not is_remote(self.attempt.sandbox):
+            # sizing walks the whole environment (tens of thousands of files): in a thread, off the loop
+            return {"prefix": prefix, "size_bytes": await asyncio.to_thread(directory_size, root)}
+        result = await self.attempt.run_command(
+            "probes", ["/bin/sh", "-c", REMOTE_SIZE_SCRIPT, "sh", str(root)], env={"PATH": HOST_PATH},
+            timeout=self.bench.defaults.tier_timeouts.C2, log_name="probe-envsize")
+        text = tail_text(result.stdout_path, limit=256).strip() if result.ok else ""
+        if not text.isdecimal():
+            return {"prefix": prefix, "size_bytes": None, "reason": "the host could not measure it (find -printf, awk)"}
+        return {"prefix": prefix, "size_bytes": int(text)}
 
     # -- C5: the report audit ---------------------------------------------------------------
     async def _audit(self) -> TierResult:
@@ -639,8 +658,7 @@ class TierRunner:
             probe_errors=tuple(problems),
         )
         result = audit(state.report, observed)
-        # sizing walks the whole environment (tens of thousands of files): in a thread, off the loop
-        environment = await asyncio.to_thread(self._environment) if prefix is None or isinstance(prefix, str) else {
+        environment = await self._environment() if prefix is None or isinstance(prefix, str) else {
             "prefix": None, "size_bytes": None, "reason": "the interpreter probe printed a prefix that is not a string"}
         evidence = asdict(result) | {"observed": asdict(observed), "claims": state.report.report,
                                      "environment": environment}

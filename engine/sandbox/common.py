@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import posixpath
+import re
 import shlex
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
@@ -31,7 +32,17 @@ KILL_RESULT_WAIT_S = 10.0  # how long kill() waits for the killed execs to retur
 PGID_WAIT_S = 10.0  # how long a signal waits for a remote command to announce its PGID
 
 MARK = b"\x1eRESENV-PGID "
-_INNER = 'printf "\\036RESENV-PGID %s\\n" "$$" >&2; cd "$1" || exit 125; shift; exec env -i "$@"'
+# The shell line a remote command runs as. It names no variable's value, since any user of a host can
+# read every process's command line: the environment arrives on stdin ahead of the command's own input
+# (see `env_stream`), and the shell, started with an empty environment, exports exactly those variables
+# (minus what a shell adds by itself) before it execs the command.
+_INNER = (
+    r'printf "\036RESENV-PGID %s\n" "$$" >&2; cd "$1" || exit 125; shift; unset OLDPWD PWD SHLVL; '
+    r'while IFS= read -r resenv_kv && [ -n "$resenv_kv" ]; do resenv_v=${resenv_kv#*=}; '
+    r'case $resenv_v in *\\*) resenv_v=$(printf "%bx" "$resenv_v"); resenv_v=${resenv_v%x};; esac; '
+    r'export "${resenv_kv%%=*}=$resenv_v"; done; unset resenv_kv resenv_v; exec "$@"'
+)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MARK_MAX = 256  # a first stderr line longer than this is output, not a marker
 
 
@@ -72,15 +83,40 @@ def log_paths(log_prefix: Path) -> tuple[Path, Path]:
     return stdout_path, stderr_path
 
 
-def remote_command(argv: Sequence[str], env: Mapping[str, str], cwd: str) -> str:
-    """The shell line that runs argv in its own session/group with exactly `env`, in `cwd`.
+def remote_command(argv: Sequence[str], cwd: str) -> str:
+    """The shell line that runs argv in its own session/group, in `cwd`, with the environment that
+    `env_stream` puts first on its stdin (and nothing else of the caller's or the login's).
 
     Its ``sh`` prints its PID (= the PGID) as the first stderr line (see :class:`PgidHeader`).
     """
-    words = ["setsid", "sh", "-c", _INNER, "resenv", cwd]
-    words += [f"{key}={value}" for key, value in env.items()]
-    words += list(argv)
+    words = ["setsid", "env", "-i", "sh", "-c", _INNER, "resenv", cwd, *argv]
     return " ".join(shlex.quote(word) for word in words) + "; exit $?"
+
+
+def env_stream(env: Mapping[str, str]) -> bytes:
+    """The environment of a `remote_command` as it reads it from stdin: one ``NAME=value`` line per
+    variable, the value escaped for ``printf %b`` (backslash, newline and control bytes), then an
+    empty line; the command's own stdin follows."""
+    lines = []
+    for name, value in env.items():
+        if not _ENV_NAME.fullmatch(name):
+            raise SandboxError(f"environment variable {name!r}: not a name a remote shell can export")
+        lines.append(f"{name}={_printf_escaped(value)}\n")
+    return ("".join(lines) + "\n").encode("utf-8", "surrogateescape")
+
+
+def _printf_escaped(value: str) -> str:
+    out = []
+    for char in value:
+        if char == "\\":
+            out.append("\\\\")
+        elif char == "\n":
+            out.append("\\n")
+        elif ord(char) < 32 or ord(char) == 127:
+            out.append(f"\\0{ord(char):03o}")
+        else:
+            out.append(char)
+    return "".join(out)
 
 
 # -- paths -------------------------------------------------------------------------------------

@@ -15,9 +15,10 @@
   container as on the engine's machine (like the remote process sandbox, so paths in templates and
   the report mean the same everywhere); the pristine repo goes in as a tar stream (``put_archive``),
   files come out as tar streams (``get_archive``), and ``report.json`` is copied back for the engine.
-* **Exec**: each command runs as ``setsid sh -c '<announce pgid>; cd; exec env -i ENV... timeout -k
-  GRACE BACKSTOP ARGV'``: its own process group (timeouts and kills signal the group through
-  another exec), a clean environment, output streamed from the exec's socket to raw files and
+* **Exec**: each command runs as ``setsid env -i sh -c '<announce pgid>; cd; <export ENV read from
+  stdin>; exec timeout -k GRACE BACKSTOP ARGV'``: its own process group (timeouts and kills signal
+  the group through another exec), exactly its declared environment (sent on stdin, never on a
+  command line, where the host's users could read a key), output streamed from the exec's socket to raw files and
   ``on_line``. The authoritative deadline is host-side and counts active (unpaused) time; the
   in-container ``timeout -k`` is a backstop (the deadline plus ``max(300 s, deadline)``) for when
   the engine or its connection to the daemon is gone — a pause longer than that lets it fire.
@@ -71,6 +72,7 @@ from .common import (
     PauseClock,
     PgidHeader,
     copy_back,
+    env_stream,
     exec_args,
     group_targets,
     kill_script,
@@ -312,7 +314,8 @@ class DockerSandbox:
         if timeout is not None:
             backstop = timeout + max(300.0, timeout)
             args = ["timeout", "-k", str(BACKSTOP_GRACE_S), f"{backstop:.0f}", *args]
-        command = ["sh", "-c", remote_command(args, self.child_env(env), run_cwd)]
+        command = ["sh", "-c", remote_command(args, run_cwd)]
+        stdin = env_stream(self.child_env(env)) + (stdin or b"")
         stdout_path, stderr_path = log_paths(log_prefix)
         timer = ExecTimer(self._clock, timeout_name, stdout_path, stderr_path)
 

@@ -7,9 +7,11 @@ Same contract as :class:`~resenv.engine.sandbox.process.ProcessSandbox`, with th
   both sides); the engine's data dir must therefore be creatable on the host. Files the engine reads
   after the agent (``report.json``) are copied back with :meth:`sync_back`.
 * **One process group per command.** Each command runs as
-  ``setsid sh -c '<announce pgid>; cd CWD; exec env -i ENV... ARGV'``: the ``sh`` becomes a session
-  and group leader, prints its PID (= the PGID) as a marker line on stderr (stripped before anything
-  is recorded), and execs the command with a clean environment. Timeouts, pause (SIGSTOP/SIGCONT) and
+  ``setsid env -i sh -c '<announce pgid>; cd CWD; <export ENV read from stdin>; exec ARGV'``: the
+  ``sh`` becomes a session and group leader, prints its PID (= the PGID) as a marker line on stderr
+  (stripped before anything is recorded), and execs the command with exactly its declared
+  environment. The variables travel on stdin, ahead of the command's own input, never on a command
+  line: any user of the host can read every process's command line, and a key would show there. Timeouts, pause (SIGSTOP/SIGCONT) and
   kill signal the whole group with ``kill -SIG -PGID`` over a reserved control channel.
 * **Exit codes.** The remote shell reports a command killed by signal N as 128+N; when resenv sent
   that signal (timeout, kill) the result says -N, as the local sandbox does. A lost connection is an
@@ -51,6 +53,7 @@ from .common import (
     PauseClock,
     PgidHeader,
     copy_back,
+    env_stream,
     exec_args,
     group_targets,
     kill_script,
@@ -142,7 +145,8 @@ class RemoteProcessSandbox:
         if self._closed:
             raise SandboxError("sandbox is closed")
         args = exec_args(argv)
-        command = remote_command(args, self.child_env(env), mirrored_cwd(self.workdir, cwd))
+        command = remote_command(args, mirrored_cwd(self.workdir, cwd))
+        stdin = env_stream(self.child_env(env)) + (stdin or b"")
         stdout_path, stderr_path = log_paths(log_prefix)
         timer = ExecTimer(self._clock, timeout_name, stdout_path, stderr_path)
 

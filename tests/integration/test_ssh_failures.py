@@ -106,6 +106,39 @@ def test_a_wrong_or_unknown_host_key_ends_the_run_with_the_file_and_the_fingerpr
     assert fingerprint in job["reason"], job
 
 
+@pytest.mark.parametrize("case", ["key missing", "public key given", "known_hosts missing"])
+def test_a_key_or_known_hosts_file_that_cannot_be_used_ends_the_run_with_the_fix(tmp_path, server, case):
+    # Mistakes in the engine's own files: no retry can mend them, so the run must end with the file
+    # and the fix, never wait for the host (or hang) and never print a traceback.
+    fields: dict[str, object] = {"gpus": 0}
+    if case == "key missing":
+        path = tmp_path / "no_such_key"
+        fields["key"] = str(path)
+        fix = "does not exist"
+    elif case == "public key given":
+        path = Path(f"{server.client_key}.pub")
+        fields["key"] = str(path)
+        fix = f"the private half, {server.client_key}"
+    else:
+        path = tmp_path / "no_such_known_hosts"
+        fields["known_hosts"] = str(path)
+        fix = f"ssh-keyscan -p {server.port} {server.address} >> {path}"
+    bench = bench_text(tmp_path, server.host_yaml("remote", **fields), {"one": {"main.py": MAIN}}, retries=3)
+    done = run(bench, cli_environ(tmp_path), tmp_path, timeout=90)
+    out = done.stdout + done.stderr
+    assert done.returncode == 3, out
+    assert "Traceback" not in out and "waiting for host" not in out, out
+    line = next((line for line in done.stdout.splitlines() if line.startswith("host remote cannot run jobs: ")), "")
+    assert str(path) in line and fix in line, out
+    job = rows(tmp_path / "store.db", "SELECT j.state, a.category, j.reason FROM jobs j"
+                                      " JOIN attempts a ON a.job_id = j.id")[0]
+    assert (job["state"], job["category"]) == ("error", "host_setup"), job
+    check = subprocess.run([*RESENV, "hosts", "check", str(bench)], env=cli_environ(tmp_path), cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 1 and "Traceback" not in check.stderr, check.stdout + check.stderr
+    assert str(path) in check.stdout and fix in check.stdout, check.stdout
+
+
 def test_a_host_down_at_the_start_is_waited_for_visibly_and_then_used(tmp_path):
     port = free_port()
     root = tmp_path / "sshd"
@@ -114,6 +147,12 @@ def test_a_host_down_at_the_start_is_waited_for_visibly_and_then_used(tmp_path):
     server.stop()
     bench = bench_text(tmp_path, server.host_yaml("remote", gpus=0, connect_timeout_s=2),
                        {"one": {"main.py": MAIN}})
+    # hosts check says what is wrong and what to look at, not only the socket error
+    check = subprocess.run([*RESENV, "hosts", "check", str(bench), "--host", "remote"], env=cli_environ(tmp_path),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert check.returncode == 1, check.stdout
+    assert f"connection refused at {server.address}:{port}" in check.stdout, check.stdout
+    assert "is sshd running there and `port` right?" in check.stdout, check.stdout
     engine = subprocess.Popen([*RESENV, "run", str(bench), "--host", "remote", "--display", "plain", "--tiers", "C1"],
                               env=cli_environ(tmp_path), cwd=tmp_path, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -123,7 +162,7 @@ def test_a_host_down_at_the_start_is_waited_for_visibly_and_then_used(tmp_path):
             seen.append(line)
             if "waiting for host remote" in line:
                 break
-        assert any("waiting for host remote" in line for line in seen), seen
+        assert any("waiting for host remote" in line and "connection refused" in line for line in seen), seen
         server.start()
         rest, _ = engine.communicate(timeout=120)
     finally:
@@ -198,3 +237,90 @@ def test_after_a_lost_connection_and_a_killed_engine_resume_kills_what_the_old_a
 
 def _group_alive(server, pgid: int) -> bool:
     return server.host_run("sh", "-c", f"kill -0 -{pgid}").returncode == 0
+
+
+def test_a_group_left_by_a_lost_connection_is_killed_on_resume_even_after_its_attempt_ended(tmp_path):
+    # The engine sees the connection go and ends the attempt (error/infra), but dies before the host
+    # is back: the group it meant to kill on reconnect is known to the store only, and the resume
+    # must kill it there.
+    server = make_sshd(tmp_path / "sshd", own_pids=True)
+    bench = bench_text(tmp_path, server.host_yaml("remote", gpus=0, keepalive_s=1, keepalive_count=2,
+                                                  connect_timeout_s=2), {"one": {"main.py": MAIN}}, agent=SLEEPER)
+    env = cli_environ(tmp_path)
+    db = tmp_path / "store.db"
+    engine = subprocess.Popen([*RESENV, "run", str(bench), "--host", "remote", "--display", "plain", "--tiers", "C1"],
+                              env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    resume = None
+    listener = None
+    try:
+        pgid = None
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and pgid is None:
+            try:
+                found = rows(db, "SELECT json_extract(data, '$.pgid') AS pgid FROM events WHERE kind = 'process'"
+                                 " AND json_extract(data, '$.log') = 'agent'") if db.exists() else []
+            except sqlite3.OperationalError:
+                found = []
+            pgid = found[0]["pgid"] if found else None
+            time.sleep(0.1)
+        assert pgid is not None, "the agent never started"
+        listener = server.listener_pid()
+        os.kill(listener, signal.SIGSTOP)  # no reconnect can succeed until it continues
+        server.drop_connections()
+        deadline = time.monotonic() + 60
+        ended: list = []
+        while time.monotonic() < deadline and not ended:
+            ended = rows(db, "SELECT id FROM attempts WHERE state = 'error'")
+            time.sleep(0.1)
+        assert ended, "the engine never noticed the lost connection"
+        os.killpg(engine.pid, signal.SIGKILL)
+        engine.wait(10)
+        os.kill(listener, signal.SIGCONT)
+        listener = None
+        assert _group_alive(server, pgid), "the remote command should outlive the lost connection"
+        run_id = rows(db, "SELECT id FROM runs")[0]["id"]
+        log = open(tmp_path / "resume.log", "wb")
+        resume = subprocess.Popen([*RESENV, "run", "--resume", run_id, "--display", "plain"], env=env, cwd=tmp_path,
+                                  stdout=log, stderr=log, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and _group_alive(server, pgid):
+            time.sleep(0.1)
+        assert not _group_alive(server, pgid), "the ended attempt's process group survived the resume"
+        deadline = time.monotonic() + 30
+        killed: list = []
+        while time.monotonic() < deadline and not killed:
+            killed = rows(db, "SELECT data FROM events WHERE kind = 'leftover_killed'")
+            time.sleep(0.1)
+        assert killed and json.loads(killed[0]["data"])["pgid"] == pgid, killed
+    finally:
+        if listener is not None:
+            os.kill(listener, signal.SIGCONT)
+        for process in (engine, resume):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        server.stop()
+
+
+def test_a_host_that_shares_the_engines_data_dir_under_another_user_is_refused_with_the_cause(tmp_path, server, user):
+    # The README's recipe on one machine (or a shared file system): the data dir belongs to the remote
+    # user, yet every folder the engine (root) makes in it is root's, so the remote user can write
+    # none of them. `hosts check` must say so before a run, and the run must name that cause.
+    shared = Path(f"/tmp/resenv-shared-{os.getpid()}-{time.monotonic_ns()}")
+    shared.mkdir()
+    try:
+        os.chown(shared, user.uid, user.uid)
+        bench = bench_text(tmp_path, server.host_yaml("remote", user=user.name, gpus=0), {"one": {"main.py": MAIN}})
+        env = cli_environ(tmp_path) | {"RESENV_DATA_DIR": str(shared)}
+        check = subprocess.run([*RESENV, "hosts", "check", str(bench), "--host", "remote"], env=env, cwd=tmp_path,
+                               capture_output=True, text=True, timeout=60)
+        assert check.returncode == 1, check.stdout
+        assert f"the host sees this machine's data dir {shared}" in check.stdout, check.stdout
+        assert f"run resenv as {user.name}" in check.stdout, check.stdout
+        done = run(bench, env, tmp_path)
+        assert done.returncode == 3, done.stdout + done.stderr
+        line = next((line for line in done.stdout.splitlines() if line.startswith("host remote cannot run jobs: ")), "")
+        assert "the host sees this machine's data dir" in line and "choose a data dir that this user can create" not in line, line
+    finally:
+        subprocess.run(["rm", "-rf", str(shared)], check=False)

@@ -9,7 +9,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
+import secrets
 import sqlite3
 import subprocess
 import sys
@@ -281,4 +283,103 @@ async def test_a_lost_connection_marks_the_host_down_and_the_monitor_brings_it_b
         assert states[-2:] == ["down", "up"] or states[-1] == "up"
     finally:
         await connection.close()
+        server.stop()
+
+
+SECRET_AGENT = """\
+a:
+  kind: command
+  env_from: [RESENV_TEST_REMOTE_SECRET]
+  command: >-
+    python3 -c 'import hashlib, json, os; seen = dict(os.environ);
+    seen["RESENV_TEST_REMOTE_SECRET"] = hashlib.sha256(seen.get("RESENV_TEST_REMOTE_SECRET", "").encode()).hexdigest();
+    print(json.dumps(seen))' > {workdir}/agent-env.json;
+    touch {workdir}/agent-started;
+    while [ ! -f {workdir}/go ]; do sleep 0.1; done;
+    python3 -m venv --without-pip {env} &&
+    printf '{{"python_path": "%s", "python_version": null}}' {env}/bin/python > {report}
+"""
+
+
+def test_a_remote_command_gets_only_its_declared_environment_and_no_process_shows_a_secret(tmp_path):
+    # Any user of a shared host can read every process's command line: a secret given to the agent
+    # must reach its environment without ever being part of one.
+    secret = "sk-test-" + secrets.token_hex(20)
+    server = make_sshd(tmp_path / "sshd")
+    try:
+        bench = bench_text(tmp_path, server.host_yaml("remote", gpus=0), {"one": {"main.py": MAIN}},
+                           agent=SECRET_AGENT)
+        env = cli_environ(tmp_path) | {"RESENV_TEST_REMOTE_SECRET": secret, "RESENV_TEST_ENGINE_ONLY": "engine"}
+        engine = subprocess.Popen([*RESENV, "run", str(bench), "--host", "remote", "--display", "plain",
+                                   "--tiers", "C1"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        try:
+            started = None
+            deadline = time.monotonic() + 90
+            while started is None and time.monotonic() < deadline and engine.poll() is None:
+                started = next((tmp_path / "data").glob("*/jobs/*/attempt-1/work/agent-started"), None)
+                time.sleep(0.1)
+            assert started is not None, "the agent never started"
+            shown = [pid for pid, line in _command_lines() if secret.encode() in line]
+            assert not shown, f"processes {shown} show the secret in their command line"
+            (started.parent / "go").touch()
+            out, _ = engine.communicate(timeout=120)
+        finally:
+            if engine.poll() is None:
+                engine.kill()
+                engine.wait()
+            for work in (tmp_path / "data").glob("*/jobs/*/attempt-*/work"):
+                (work / "go").touch()  # a failed test's agent must not wait on the host for ever
+        assert engine.returncode == 0, out
+        work = started.parent
+        seen = json.loads((work / "agent-env.json").read_text())
+        # the agent saw the secret (the file holds its hash: files the agent wrote are masked after it)
+        assert seen["RESENV_TEST_REMOTE_SECRET"] == hashlib.sha256(secret.encode()).hexdigest()
+        assert seen["HOME"] == str(work / "home") and seen["TMPDIR"] == str(work / "tmp"), seen
+        assert set(seen) <= {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES",
+                             "RESENV_PROMPT", "RESENV_TEST_REMOTE_SECRET", "PWD"}, sorted(seen)
+    finally:
+        server.stop()
+
+
+def _command_lines() -> list[tuple[int, bytes]]:
+    lines = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdecimal():
+            try:
+                lines.append((int(entry.name), (entry / "cmdline").read_bytes()))
+            except OSError:
+                pass
+    return lines
+
+
+SIZED_AGENT = """\
+a:
+  kind: command
+  command: >-
+    python3 -m venv --without-pip {env} && head -c 3000000 /dev/urandom > {env}/blob &&
+    printf '{{"python_path": "%s", "python_version": null}}' {env}/bin/python > {report}
+"""
+
+
+def test_the_size_of_an_environment_built_on_an_ssh_host_is_measured_there(tmp_path):
+    # The environment exists only on the host: sizing the engine's (empty) mirror would report 0 B.
+    data = tmp_path / "data"
+    data.mkdir()
+    server = make_sshd(tmp_path / "sshd", hide=[data])
+    try:
+        bench = bench_text(tmp_path, server.host_yaml("remote", gpus=0), {"one": {"main.py": MAIN}},
+                           agent=SIZED_AGENT)
+        env = cli_environ(tmp_path)
+        done = subprocess.run([*RESENV, "run", str(bench), "--host", "remote", "--display", "plain",
+                               "--tiers", "C5"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+        evidence = json.loads(rows(tmp_path / "store.db", "SELECT evidence_json FROM tier_results WHERE tier = 'C5'")[0][
+            "evidence_json"])
+        size = evidence["environment"]["size_bytes"]
+        assert size is not None and 3_000_000 <= size < 100_000_000, evidence["environment"]
+        report = subprocess.run([*RESENV, "report", "--format", "json"], env=env, cwd=tmp_path,
+                                capture_output=True, text=True, timeout=60)
+        assert json.loads(report.stdout)["agents"]["a"]["env_bytes"] == [size], report.stdout
+    finally:
         server.stop()
