@@ -56,6 +56,7 @@ class Fleet:
         for host in self.hosts:
             self._start_sampler(host)
         await self._docker_hygiene("reap")
+        await self._docker_preflight()
         self._tasks.append(asyncio.create_task(self._telemetry_loop(), name="telemetry"))
 
     async def _start_slurm(self) -> None:
@@ -116,6 +117,40 @@ class Fleet:
             if _is_ssh(host) or _is_slurm(host):
                 with contextlib.suppress(Exception):
                     await host.close()
+
+    async def _docker_preflight(self) -> None:
+        """Before any job: each docker host's daemon, image and a throwaway container with the jobs'
+        settings (engine/sandbox/docker_preflight.py). A host that fails is broken with the cause and
+        the fix, so its jobs end as `error/host_setup` instead of failing one by one."""
+        docker_hosts = [host for host in self.hosts if getattr(host.spec, "sandbox", "process") == "docker"
+                        and host.available()]
+        if not docker_hosts:
+            return
+        from .sandbox import docker as docker_sandbox
+        from .sandbox.docker_preflight import run_preflight
+
+        for host in docker_hosts:
+            try:
+                factory = await docker_sandbox.client_factory_for(host)
+            except Exception as error:  # the SSH host went down meanwhile: it is waited for as such
+                log.warning("docker preflight on %s: %s", host.name, error)
+                continue
+            # in a worker thread: a remote daemon's forwarded socket is served by this event loop
+            result = await asyncio.to_thread(run_preflight, factory, host.spec.image, host.spec.docker,
+                                             host=host.name, run_id=self.run_id, remote=_is_ssh(host))
+            self.writer.event(self.run_id, "docker_preflight", {
+                "host": host.name, "daemon": result.daemon, "version": result.version, "image": result.image_id,
+                "python3": result.python3, "problems": result.problems, "notes": result.notes})
+            for note in result.notes:
+                self.engine.display.message(f"host {host.name}: {note}")
+            if result.ok:
+                continue
+            reason = f"docker preflight failed: {'; '.join(result.problems)}"
+            host.mark_broken(reason)
+            if not _is_ssh(host):  # an SSH host's connection tells its listeners, which record it
+                self._record(host, "broken", reason)
+                self.engine.display.message(f"host {host.name} cannot run jobs: {reason}")
+        self.engine.wake.set()
 
     async def _docker_hygiene(self, what: str) -> None:
         """reap: a run's orphans when an engine starts; prune: its containers and images at its end."""

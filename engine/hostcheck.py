@@ -12,6 +12,7 @@ import asyncio
 import re
 import shlex
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +31,7 @@ else
   echo "nvidia_smi="
 fi
 if command -v docker >/dev/null 2>&1; then
-  echo "docker=$(docker version --format '{{.Server.Version}}' 2>&1 | grep -v '^ *$' | head -n 1)"
-  if [ -n "$2" ]; then echo "image=$(docker image inspect --format '{{.Id}}' "$2" 2>&1 | head -n 1)"; fi
+  echo "docker=$(docker version --format '{{.Server.Version}}' 2>&1 | grep -v '^ *$' | tr '\n' ' ')"
 else
   echo "docker="
 fi
@@ -68,6 +68,7 @@ class HostFacts:
     docker: str | None = None  # server version, or None
     slurm: dict[str, Any] | None = None  # partition, nodes, GPUs per node, limits (slurm hosts)
     docker_error: str | None = None
+    docker_preflight: Any = field(default=None, repr=False)  # sandbox: docker: the run's preflight (daemon, image, a container)
     image: str | None = None
     disk_free_gib: float | None = None
     tools: dict[str, str | None] = field(default_factory=dict)
@@ -123,10 +124,6 @@ def parse_facts(name: str, kind: str, text: str) -> HostFacts:
                 facts.docker = value
             elif value:
                 facts.docker_error = value[:300]
-        elif key == "image":
-            facts.image = value if value.startswith("sha256:") else None
-            if not facts.image:
-                facts.problems.append(f"docker image missing: {value[:200]}")
         elif key == "disk_free_kib" and value.isdecimal():
             facts.disk_free_gib = round(int(value) / 2**20, 1)
         elif key.startswith("tool_"):
@@ -167,9 +164,13 @@ def judge(facts: HostFacts, spec: Any, data_dir: Path | None = None) -> HostFact
             facts.problems.append(f"spec asks for GPU ids {sorted(ids - have)} the host does not have (has {sorted(have)})")
     elif facts.gpu_state not in ("ok", "no NVIDIA driver"):
         facts.problems.append(facts.gpu_state)
-    if getattr(spec, "sandbox", "process") == "docker":
-        if facts.docker is None:
-            facts.problems.append(f"sandbox: docker but docker is not usable: {facts.docker_error or 'not installed'}")
+    if getattr(spec, "sandbox", "process") == "docker" and facts.docker_preflight is not None:
+        preflight = facts.docker_preflight
+        facts.docker, facts.image = preflight.version or facts.docker, preflight.image_id
+        if preflight.version is not None:
+            facts.docker_error = None
+        facts.blocking.extend(preflight.problems)
+        facts.notes.extend(preflight.notes)
     if facts.disk_free_gib is not None and facts.disk_free_gib < MIN_FREE_GIB:
         facts.problems.append(f"only {facts.disk_free_gib} GiB free at the data dir (want >= {MIN_FREE_GIB:g})")
     remote = getattr(spec, "kind", "local") == "ssh"
@@ -193,20 +194,31 @@ def judge(facts: HostFacts, spec: Any, data_dir: Path | None = None) -> HostFact
 
 
 async def local_facts(name: str, spec: Any, data_dir: Path) -> HostFacts:
-    image = getattr(spec, "image", None) if getattr(spec, "sandbox", "process") == "docker" else ""
     process = await asyncio.create_subprocess_exec(
-        "sh", "-c", FACTS_SCRIPT, "facts", str(data_dir), image or "",
+        "sh", "-c", FACTS_SCRIPT, "facts", str(data_dir),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL)
     out, _ = await process.communicate()
-    return judge(parse_facts(name, "local", out.decode(errors="replace")), spec, data_dir)
+    facts = parse_facts(name, "local", out.decode(errors="replace"))
+    if getattr(spec, "sandbox", "process") == "docker":
+        facts.docker_preflight = await docker_preflight(SimpleNamespace(name=name, kind="local", spec=spec))
+    return judge(facts, spec, data_dir)
 
 
-async def remote_facts(connection: Any, spec: Any, data_dir: Path) -> HostFacts:
+async def docker_preflight(host: Any) -> Any:
+    """The preflight a run does on a docker host (engine/sandbox/docker_preflight.py), for the check."""
+    from .sandbox.docker import client_factory_for
+    from .sandbox.docker_preflight import run_preflight
+
+    factory = await client_factory_for(host)
+    return await asyncio.to_thread(run_preflight, factory, host.spec.image, host.spec.docker, host=host.name,
+                                   run_id="hosts-check", remote=host.kind == "ssh")
+
+
+async def remote_facts(connection: Any, spec: Any, data_dir: Path, check_docker: bool = False) -> HostFacts:
     from .remote import HostDown, round_trip
 
     name = connection.target.name
-    image = getattr(spec, "image", None) if getattr(spec, "sandbox", "process") == "docker" else ""
-    command = "sh -c " + shlex.quote(FACTS_SCRIPT) + " facts " + shlex.quote(str(data_dir)) + " " + shlex.quote(image or "")
+    command = "sh -c " + shlex.quote(FACTS_SCRIPT) + " facts " + shlex.quote(str(data_dir))
     try:
         await connection.ensure()
         result = await connection.run(command, timeout=60)
@@ -215,7 +227,11 @@ async def remote_facts(connection: Any, spec: Any, data_dir: Path) -> HostFacts:
         facts = HostFacts(name=name, kind="ssh", reachable=False)
         facts.problems.append(f"unreachable: {error}")
         return facts
-    facts = judge(parse_facts(name, "ssh", result.stdout.decode(errors="replace")), spec, data_dir)
+    facts = parse_facts(name, "ssh", result.stdout.decode(errors="replace"))
+    if getattr(spec, "sandbox", "process") == "docker" and check_docker:
+        facts.docker_preflight = await docker_preflight(SimpleNamespace(name=name, kind="ssh", spec=spec,
+                                                                        connection=connection))
+    facts = judge(facts, spec, data_dir)
     facts.round_trip_ms = round(rtt * 1000, 2)
     return facts
 
@@ -235,7 +251,7 @@ async def check_hosts(bench: Any, data_dir: Path, names: list[str] | None = None
         elif spec.kind == "ssh":
             connection = SshConnection(SshTarget.from_spec(name, spec))
             try:
-                results.append(await remote_facts(connection, spec, data_dir))
+                results.append(await remote_facts(connection, spec, data_dir, check_docker=True))
             finally:
                 await connection.close()
         else:
