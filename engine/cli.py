@@ -622,6 +622,11 @@ from .assets_cli import assets_group  # noqa: E402
 
 main.add_command(assets_group)
 
+# `resenv image build`: an image for docker hosts, made without pulling
+from .image_cli import image_group  # noqa: E402
+
+main.add_command(image_group)
+
 
 if __name__ == "__main__":
     main()

@@ -33,8 +33,8 @@ NEEDED_PYTHON = (3, 11)  # the built-in baseline agent's driver
 PROBE = ("for t in " + " ".join(NEEDED_TOOLS) + "; do command -v $t >/dev/null 2>&1 || echo missing=$t; done; "
          "python3 -c 'import sys; print(\"python3=%d.%d.%d\" % sys.version_info[:3])' 2>/dev/null; exit 0")
 WAIT_S = 120
-IMAGE_FIX = ("build one there with `resenv image build --tag {image}` (README: Docker hosts), or `docker load` it;"
-             " resenv never pulls")
+IMAGE_FIX = ("build one there with `resenv image build --tag {image}` (README: A docker host, step by step),"
+             " or `docker load` it; resenv never pulls")
 
 
 @dataclass
@@ -56,8 +56,13 @@ class DockerPreflight:
 
 def daemon_address(options: Any, remote: bool) -> str:
     """Where this host's daemon is looked for, as a person would write it."""
-    if options.socket:
-        return f"unix://{options.socket}"
+    return daemon_url(options.socket, remote)
+
+
+def daemon_url(socket_path: str | None, remote: bool = False) -> str:
+    """A daemon at `socket_path`, else where the docker CLI would look (for a remote host: its default)."""
+    if socket_path:
+        return f"unix://{socket_path.removeprefix('unix://')}"
     if remote:
         return "unix:///var/run/docker.sock"
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"

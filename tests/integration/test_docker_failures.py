@@ -183,7 +183,9 @@ def test_a_tier_retry_after_prune_is_refused_up_front_with_the_reason(dockerd, t
 
 
 def test_an_image_without_the_tools_every_command_needs_is_named_with_what_it_lacks(dockerd, tmp_path):
-    from ..docker_rig import _copy, _libs, import_image
+    from resenv.engine.image_build import copy_into, shared_libraries
+
+    from ..docker_rig import import_image
 
     root = tmp_path / "bare"
     for link in ("bin", "lib", "lib64"):
@@ -191,8 +193,8 @@ def test_an_image_without_the_tools_every_command_needs_is_named_with_what_it_la
     for link in ("bin", "lib", "lib64"):
         (root / link).symlink_to(f"usr/{link}")
     for binary in ("/bin/sh", "/usr/bin/env", "/usr/bin/mkdir"):
-        for path in (binary, *_libs(binary)):
-            _copy(path, root)
+        for path in (binary, *shared_libraries(binary)):
+            copy_into(path, root)
     import_image(dockerd.client(), root, tag="resenv-test/bare:1")
     socket_path = dockerd.socket.removeprefix("unix://")
     hosts = f"  bare: {{kind: local, gpus: 0, sandbox: docker, image: resenv-test/bare:1, docker: {{socket: {socket_path}}}}}\n"
