@@ -204,3 +204,32 @@ def test_an_image_without_the_tools_every_command_needs_is_named_with_what_it_la
     assert check.returncode == 1
     assert "problem: image resenv-test/bare:1 lacks setsid, timeout, git, python3 on its PATH" in check.stdout, check.stdout
     dockerd.client().images.remove("resenv-test/bare:1", force=True)
+
+
+OFFLINE_BASELINE = "a:\n  kind: baseline\n  offline: true\n"
+
+
+def test_nothing_of_the_engines_pip_setup_reaches_a_container_and_an_offline_miss_is_its_own_category(
+        dockerd, tmp_path):
+    """The engine's find-links folder, pip config and cache are paths of this machine: none travels.
+    Offline (no index), a package the local sources lack was never downloaded: `offline_miss`."""
+    hosts = f"  box: {{kind: local, gpus: 0, sandbox: docker, image: {TEST_IMAGE}}}\n"
+    repo = {"main.py": "import numpy\n", "requirements.txt": "numpy\n"}
+    bench = bench_text(tmp_path, hosts, {"one": repo}, agent=OFFLINE_BASELINE)
+    wheels = tmp_path / "engine-wheels"
+    wheels.mkdir()
+    env = environ(tmp_path, dockerd) | {"PIP_FIND_LINKS": str(wheels), "PIP_CONFIG_FILE": str(tmp_path / "pip.conf"),
+                                        "PIP_CACHE_DIR": str(tmp_path / "pip-cache")}
+    (tmp_path / "pip.conf").write_text("[global]\nfind-links = /engine/config/wheels\n")
+    done = subprocess.run([*CLI, "run", str(bench), "--host", "box", "--display", "plain", "--tiers", "C1"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stdout + done.stderr
+    db = tmp_path / "store.db"
+    c1 = rows(db, "SELECT status, category, evidence_json FROM tier_results WHERE tier = 'C1'")
+    assert [(r["status"], r["category"]) for r in c1] == [("fail", "offline_miss")], c1
+    evidence = json.loads(c1[0]["evidence_json"])
+    assert "numpy" in evidence["root_cause_line"] and evidence["root_cause"] == "agent log (offline: no package index)"
+    agent_log = "".join(path.read_text() for path in (tmp_path / "data").rglob("agent.std*"))
+    assert "No matching distribution found for numpy" in agent_log  # pip ran, without an index
+    for engine_path in ("Looking in links", str(wheels), "/engine/config/wheels", "pip-cache", "pip.conf"):
+        assert engine_path not in agent_log, (engine_path, agent_log[-2000:])
