@@ -276,6 +276,7 @@ def format_facts(facts: HostFacts) -> list[str]:
         f"  gpus: {gpus}",
         f"  driver: {facts.driver_version or '—'}, CUDA: {facts.cuda_version or '—'}",
         f"  docker: {facts.docker or ('not usable: ' + facts.docker_error if facts.docker_error else 'not installed')}",
+        *_docker_lines(facts),
         f"  free disk at data dir: {facts.disk_free_gib} GiB",
         f"  user: {facts.user or '—'}, python3 {facts.python3 or 'missing'}, tools: "
         + ", ".join(f"{tool}{'' if path else ' (missing)'}" for tool, path in facts.tools.items()),
@@ -283,6 +284,15 @@ def format_facts(facts: HostFacts) -> list[str]:
     ]
     lines += [f"  problem: {problem}" for problem in facts.problems] or ["  problems: none"]
     return lines
+
+
+def _docker_lines(facts: HostFacts) -> list[str]:
+    """For a docker host: where its daemon is and what image its jobs get (the preflight's findings)."""
+    preflight = facts.docker_preflight
+    if preflight is None:
+        return []
+    image = f"image {preflight.image_id[:19]}, python3 {preflight.python3 or '—'}" if preflight.image_id else "no image"
+    return [f"  docker daemon: {preflight.daemon}; {image}"]
 
 
 # ---- the CLI group (registered in cli.py) ---------------------------------------------------------

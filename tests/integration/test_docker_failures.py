@@ -171,6 +171,9 @@ def test_a_tier_retry_after_prune_is_refused_up_front_with_the_reason(dockerd, t
     assert done.returncode == 0, done.stdout + done.stderr
     db = tmp_path / "store.db"
     run_id = rows(db, "SELECT id FROM runs")[0]["id"]
+    queued = subprocess.run([*CLI, "control", "retry", run_id, "two/a", "--tier", "C1"], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)  # before the prune: queued for a resume
+    assert queued.returncode == 0 and "queued" in queued.stdout, queued.stdout + queued.stderr
     pruned = subprocess.run([*CLI, "prune", run_id], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert pruned.returncode == 0 and "box: removed 2 images" in pruned.stdout, pruned.stdout + pruned.stderr
     retry = subprocess.run([*CLI, "control", "retry", run_id, "one/a", "--tier", "C1"], env=env, cwd=tmp_path,
@@ -179,7 +182,15 @@ def test_a_tier_retry_after_prune_is_refused_up_front_with_the_reason(dockerd, t
     said = " ".join(retry.stdout.split())
     assert "rejected" in said and "the state attempt 1 of job one/a left was a checkpoint image on docker host box" \
         in said and "removed by `resenv prune`" in said, said
-    assert rows(db, "SELECT ack FROM controls") == [{"ack": "rejected"}], "nothing is queued for a resume"
+    # the retry queued before the prune is refused by the engine when it resumes, with the same reason
+    resumed = subprocess.run([*CLI, "run", "--resume", run_id, "--display", "plain"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    acks = rows(db, "SELECT j.key, c.ack, c.ack_message FROM controls c JOIN jobs j ON j.id = c.job_id ORDER BY c.id")
+    assert [(a["key"], a["ack"]) for a in acks] == [("two/a", "rejected"), ("one/a", "rejected")], acks
+    assert "the state attempt 1 of job two/a left was a checkpoint image" in acks[0]["ack_message"], acks
+    assert rows(db, "SELECT scope FROM attempts WHERE scope != 'job'") == [], "no re-run was started"
+    assert [j["state"] for j in rows(db, "SELECT state FROM jobs")] == ["done", "done"]
 
 
 def test_an_image_without_the_tools_every_command_needs_is_named_with_what_it_lacks(dockerd, tmp_path):
@@ -233,3 +244,27 @@ def test_nothing_of_the_engines_pip_setup_reaches_a_container_and_an_offline_mis
     assert "No matching distribution found for numpy" in agent_log  # pip ran, without an index
     for engine_path in ("Looking in links", str(wheels), "/engine/config/wheels", "pip-cache", "pip.conf"):
         assert engine_path not in agent_log, (engine_path, agent_log[-2000:])
+
+
+def test_a_checkpoint_removed_behind_resenvs_back_fails_the_re_runs_provision_with_the_reason(dockerd, tmp_path):
+    """Removed by hand (no prune event to refuse it up front): the container cannot start, and that is
+    the provision phase's failure, printed with its reason, not retried."""
+    env = environ(tmp_path, dockerd)
+    done = run_box(tmp_path, "{network: none}", env=env, tiers="C1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    db = tmp_path / "store.db"
+    run_id = rows(db, "SELECT id FROM runs")[0]["id"]
+    client = dockerd.client()
+    for image in client.images.list(filters={"label": [f"resenv.run={run_id}", "resenv.job=one/a"]}):
+        client.images.remove(image.id, force=True)
+    queued = subprocess.run([*CLI, "control", "retry", run_id, "one/a", "--tier", "C1"], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60)
+    assert queued.returncode == 0, queued.stdout + queued.stderr
+    resumed = subprocess.run([*CLI, "run", "--resume", run_id, "--display", "plain"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+    said = " ".join(resumed.stdout.split())
+    assert "one/a: tier C1 re-run error: phase provision: CheckpointGone: the checkpoint image resenv-ckpt:" in said, said
+    rerun = rows(db, "SELECT id, state, reason FROM attempts WHERE scope = 'C1'")
+    assert len(rerun) == 1 and rerun[0]["state"] == "error", rerun
+    phases = rows(db, "SELECT name, status FROM phases WHERE attempt_id = ? AND name != 'teardown'", (rerun[0]["id"],))
+    assert phases == [{"name": "provision", "status": "error"}], phases

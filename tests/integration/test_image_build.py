@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ..docker_rig import docker_available
+from ..docker_rig import debian_images_wanted, docker_available
 from .test_docker_failures import environ
 from .test_docker_sandbox import dockerd  # noqa: F401  (the module's private daemon)
 from .test_ssh_hosts import MAIN, bench_text, rows
@@ -56,3 +56,21 @@ def test_image_build_says_in_one_line_why_it_cannot(dockerd, tmp_path):
                                env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert no_python.returncode == 1, no_python.stdout + no_python.stderr
     assert no_python.stderr.strip() == "Error: no python3 at /nowhere/python3: name one with --python"
+
+
+@pytest.mark.skipif(not debian_images_wanted(), reason="opt-in: RESENV_DEBIAN_IMAGE=1 (debootstrap takes minutes)")
+@pytest.mark.timeout(1800)
+def test_image_build_from_debian_packages_passes_the_preflight(dockerd, tmp_path):
+    socket_path = dockerd.socket.removeprefix("unix://")
+    env = environ(tmp_path)
+    built = subprocess.run([*CLI, "image", "build", "--base", "debian", "--tag", "resenv-deb:1", "--socket",
+                            socket_path], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=1700)
+    assert built.returncode == 0, built.stdout + built.stderr
+    assert "from base debian, python3 3." in built.stdout
+    hosts = f"  deb: {{kind: local, gpus: 0, sandbox: docker, image: resenv-deb:1, docker: {{socket: {socket_path}}}}}\n"
+    bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}})
+    check = subprocess.run([*CLI, "hosts", "check", str(bench), "--host", "deb", "--json"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    facts = json.loads(check.stdout)[0]
+    assert check.returncode == 0 and facts["docker_preflight"]["problems"] == [], facts
+    dockerd.client().images.remove("resenv-deb:1", force=True)
