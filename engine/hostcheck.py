@@ -200,18 +200,27 @@ async def local_facts(name: str, spec: Any, data_dir: Path) -> HostFacts:
     out, _ = await process.communicate()
     facts = parse_facts(name, "local", out.decode(errors="replace"))
     if getattr(spec, "sandbox", "process") == "docker":
-        facts.docker_preflight = await docker_preflight(SimpleNamespace(name=name, kind="local", spec=spec))
+        facts.docker_preflight = await docker_preflight(SimpleNamespace(name=name, kind="local", spec=spec),
+                                                        _first_gpu(facts, spec))
     return judge(facts, spec, data_dir)
 
 
-async def docker_preflight(host: Any) -> Any:
+async def docker_preflight(host: Any, gpus: tuple[int, ...] = ()) -> Any:
     """The preflight a run does on a docker host (engine/sandbox/docker_preflight.py), for the check."""
     from .sandbox.docker import client_factory_for
     from .sandbox.docker_preflight import run_preflight
 
     factory = await client_factory_for(host)
     return await asyncio.to_thread(run_preflight, factory, host.spec.image, host.spec.docker, host=host.name,
-                                   run_id="hosts-check", remote=host.kind == "ssh")
+                                   run_id="hosts-check", remote=host.kind == "ssh", gpus=gpus)
+
+
+def _first_gpu(facts: HostFacts, spec: Any) -> tuple[int, ...]:
+    """One GPU for the preflight's container to ask for, when the spec lets jobs on this host have GPUs."""
+    wanted = getattr(spec, "gpus", "auto")
+    if wanted == 0 or wanted == [] or facts.gpu_state != "ok":
+        return ()
+    return tuple(sorted(gpu["index"] for gpu in facts.gpus)[:1])
 
 
 async def remote_facts(connection: Any, spec: Any, data_dir: Path, check_docker: bool = False) -> HostFacts:
@@ -230,7 +239,7 @@ async def remote_facts(connection: Any, spec: Any, data_dir: Path, check_docker:
     facts = parse_facts(name, "ssh", result.stdout.decode(errors="replace"))
     if getattr(spec, "sandbox", "process") == "docker" and check_docker:
         facts.docker_preflight = await docker_preflight(SimpleNamespace(name=name, kind="ssh", spec=spec,
-                                                                        connection=connection))
+                                                                        connection=connection), _first_gpu(facts, spec))
     facts = judge(facts, spec, data_dir)
     facts.round_trip_ms = round(rtt * 1000, 2)
     return facts

@@ -32,10 +32,11 @@
   (``resenv-ckpt:<run>-<job>-a<attempt>``, same labels), so any tier can be re-run later in a fresh
   container started from it (``reopen=True``).
 
-Remote docker (``kind: ssh`` with ``sandbox: docker``) uses the same SDK through the host's SSH
-connection: the remote ``/var/run/docker.sock`` is forwarded to a local unix socket
-(``direct-streamlocal`` channels, which are not sessions and so do not count against the server's
-MaxSessions). Chosen over running the ``docker`` CLI over SSH because it keeps one code path for
+A local docker host's daemon is at ``docker.socket`` when the spec names one, else where
+``DOCKER_HOST`` says (`local_docker_client`). Remote docker (``kind: ssh`` with ``sandbox: docker``)
+uses the same SDK through the host's SSH connection: the remote daemon's socket (``docker.socket``,
+else ``/var/run/docker.sock``) is forwarded to a local unix socket (``direct-streamlocal`` channels,
+which are not sessions and so do not count against the server's MaxSessions). Chosen over running the ``docker`` CLI over SSH because it keeps one code path for
 local and remote (tar streams, exec sockets, labels, device requests, typed errors) instead of
 re-encoding every call as a command line and parsing its text output. Every SDK call runs in a
 worker thread (``asyncio.to_thread``): the calls block, and for a remote daemon the forwarding

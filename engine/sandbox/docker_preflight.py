@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,8 +95,9 @@ def setup_failure(error: BaseException, options: Any) -> str | None:
 
 
 def run_preflight(client_factory: Callable[[], Any], image: str, options: Any, *, host: str, run_id: str,
-                  remote: bool = False) -> DockerPreflight:
-    """Reach the daemon, find the image, start one throwaway container with the jobs' settings.
+                  remote: bool = False, gpus: Sequence[int] = ()) -> DockerPreflight:
+    """Reach the daemon, find the image, start one throwaway container with the jobs' settings (and,
+    on a host with GPUs, a request for one of them, as a GPU job's container makes).
 
     Blocking (the SDK): call it in a worker thread. Every container it starts carries the run's
     labels, so a crash before its removal leaves nothing `reap` would not find."""
@@ -122,7 +123,7 @@ def run_preflight(client_factory: Callable[[], Any], image: str, options: Any, *
         return result
     name = f"resenv-preflight-{os.urandom(3).hex()}"
     labels = {LABEL_MANAGED: "1", LABEL_RUN: run_id, LABEL_PREFLIGHT: "1"}
-    kwargs = container_kwargs(image, options, name=name, labels=labels, command=["sh", "-c", PROBE])
+    kwargs = container_kwargs(image, options, name=name, labels=labels, gpus=gpus, command=["sh", "-c", PROBE])
     container = None
     try:
         container = client.containers.create(**kwargs)
