@@ -6,6 +6,7 @@ poll interval and acknowledges it with `applied` or `rejected` and a message say
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -20,6 +21,7 @@ RUN_ACTIONS = {"pause", "resume", "cancel"}
 JOB_ACTIONS = {"pause", "resume", "cancel", "retry"}
 ACTIONS = RUN_ACTIONS | JOB_ACTIONS
 FINISHED = ("done", "error", "cancelled")
+PAUSE_CONFIRM_S = 60.0  # how long a pause's ack waits for a cluster's controller to confirm it
 _ENDED = {"cancelled": "was cancelled", "error": "ended in an error", "done": "finished"}
 
 Rows = Callable[[str, tuple[Any, ...]], list[dict[str, Any]]]
@@ -141,7 +143,7 @@ class ControlApplier:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def apply(self, control: dict[str, Any]) -> tuple[str, str]:
+    async def apply(self, control: dict[str, Any]) -> tuple[str, str]:
         """Apply one control; returns (ack, message) with ack `applied` or `rejected`."""
         action = control["action"]
         if control["job_id"] is None:
@@ -153,7 +155,10 @@ class ControlApplier:
         if action == "retry" and control.get("tier"):
             return self.tier_retry(job, control["tier"])
         handler = getattr(self, f"job_{action}", None)
-        return handler(job) if handler else ("rejected", f"unknown action {action!r}")
+        if handler is None:
+            return "rejected", f"unknown action {action!r}"
+        outcome = handler(job)
+        return await outcome if asyncio.iscoroutine(outcome) else outcome  # a pause waits for its confirmation
 
     # -- run level --------------------------------------------------------------------------
     def run_pause(self) -> tuple[str, str]:
@@ -186,12 +191,22 @@ class ControlApplier:
         running = self.engine.running.get(job["id"])
         return None if running is None or running.attempt is None else running.attempt.sandbox
 
-    def job_pause(self, job: dict[str, Any]) -> tuple[str, str]:
+    async def job_pause(self, job: dict[str, Any]) -> tuple[str, str]:
+        """Stop the job's commands and say what was done: a sandbox whose pause is carried out by
+        someone else (a cluster's controller) confirms it first, so the ack never claims more than
+        happened."""
         if (sandbox := self._sandbox(job)) is None:
             return "rejected", f"job {job['key']} is {job['state']}, not running"
         sandbox.pause()
         self._set_job_state(job, "paused")
-        return "applied", f"job {job['key']} paused (processes stopped)"
+        confirm = getattr(sandbox, "confirm_pause", None)
+        if confirm is None:  # signals this engine sent itself: done when pause() returns
+            return "applied", f"job {job['key']} paused (processes stopped)"
+        try:
+            done = await asyncio.wait_for(confirm(), PAUSE_CONFIRM_S)
+        except TimeoutError:
+            done = f"asked, but not confirmed within {PAUSE_CONFIRM_S:g} s"
+        return "applied", f"job {job['key']} paused: {done}"
 
     def job_resume(self, job: dict[str, Any]) -> tuple[str, str]:
         if (sandbox := self._sandbox(job)) is None:

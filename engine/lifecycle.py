@@ -110,6 +110,7 @@ class JobAttempt:
     recorded_number: int | None = None  # a tier re-run's own number in the store (`number` is the kept one's)
     scoring_id: int | None = None  # the scoring its tier results belong to; None: the run's original scoring
     _log_counter: int = field(default=0)
+    _waited_s: float = field(default=0.0)  # what this attempt's commands spent not running (see _phase)
     agent_stop_reason: str | None = None  # why the agent was stopped (budget:tokens, ...)
     _output: OutputBudget | None = field(default=None)
 
@@ -205,8 +206,14 @@ class JobAttempt:
             repo.id, local_tree=local, url=getattr(source, "git", None), commit=getattr(source, "commit", None))
 
     # -- phases -----------------------------------------------------------------------------
+    def _queued_s(self) -> float:
+        """Seconds this attempt's commands have waited in a cluster's queue so far (0 elsewhere)."""
+        queued = getattr(self.sandbox, "queued_s", None)
+        return queued() if queued is not None else 0.0
+
     async def _phase(self, name: str, timeout: float | None, body: Callable[[], Awaitable[None]]) -> None:
         started = time.time()
+        waited_before, queued_before = self._waited_s, self._queued_s()
         self._set_phase(name)
         self.ctx.writer.execute(
             "INSERT INTO phases (attempt_id, name, status, started_at) VALUES (?, ?, 'running', ?)",
@@ -238,9 +245,14 @@ class JobAttempt:
             raise AttemptError(f"phase {name}: {reason}", "infra") from error
         finally:
             finished = time.time()
+            # Its working time: the wall time less what its commands spent not running (queued, held,
+            # paused): what `show` and `report` call agent time, the same on a busy cluster as on an idle one.
+            active = max(0.0, (finished - started) - (self._waited_s - waited_before))
             self.ctx.writer.execute(
-                "UPDATE phases SET status = ?, finished_at = ?, reason = ? WHERE attempt_id = ? AND name = ?",
-                (status, finished, reason, self.attempt_id, name),
+                "UPDATE phases SET status = ?, finished_at = ?, reason = ?, active_s = ?, queued_s = ?"
+                " WHERE attempt_id = ? AND name = ?",
+                (status, finished, reason, round(active, 4), round(self._queued_s() - queued_before, 4),
+                 self.attempt_id, name),
             )
             self.sink.emit(
                 "phase", {"phase": name, "status": status, "seconds": round(finished - started, 4), "reason": reason}
@@ -271,9 +283,15 @@ class JobAttempt:
         self.ctx.writer.update("attempts", self.attempt_id, {"phase": name})
 
     async def _provision(self) -> None:
-        paths = self.paths
-        (self.base / "logs").mkdir(parents=True, exist_ok=True)
-        self.sandbox = self.lease.host.sandbox(paths.workdir, lease=self.lease, attempt=self)  # lease/attempt: containers' labels and GPUs
+        workdir = self.paths.workdir
+
+        def provision() -> Sandbox:
+            # Making a job's folders waits on the file system (a journaled mkdir can take a millisecond):
+            # in a thread, so the loop goes on streaming the other jobs meanwhile.
+            (self.base / "logs").mkdir(parents=True, exist_ok=True)
+            return self.lease.host.sandbox(workdir, lease=self.lease, attempt=self)  # lease/attempt: containers' labels and GPUs
+
+        self.sandbox = await asyncio.to_thread(provision)
         await self._start_sandbox()
 
     async def _start_sandbox(self) -> None:
@@ -428,6 +446,7 @@ class JobAttempt:
             if reveal is not None:
                 self.sandbox.conceal()  # type: ignore[attr-defined]
             gate.finish()  # the count of lines left out, then the tail of each stream
+        self._waited_s += max(0.0, result.duration_s - result.active_s)  # queued, held, paused: not working
         if result.timed_out:
             self.sink.emit("timeout", {"name": result.timeout_name, "seconds": timeout})
         self.sink.emit("exit", {
@@ -438,19 +457,21 @@ class JobAttempt:
             # A sandbox whose job writes its raw files itself (Slurm on a shared file system): redacted
             # here, before excerpts are taken. The others redacted every byte as it streamed.
             await asyncio.to_thread(redact_files, result.stdout_path, result.stderr_path)  # whole logs: off the loop
-        for stream, path in (("stdout", result.stdout_path), ("stderr", result.stderr_path)):
-            self.index_log(log_name, stream, path)
+        await self.index_logs(log_name, {"stdout": result.stdout_path, "stderr": result.stderr_path})
         return result
 
-    def index_log(self, name: str, stream: str, path: Path) -> None:
-        """Record a raw log in the DB with a capped head and tail, never its whole body."""
-        head, tail, size, lines = read_excerpt(path)
-        self.ctx.writer.execute(
-            "INSERT INTO logs (run_id, job_id, attempt_id, name, stream, path, nbytes, nlines, head, tail, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (self.ctx.run_id, self.job["id"], self.attempt_id, name, stream, str(path), size, lines,
-             head, tail, time.time()),
-        )
+    async def index_logs(self, name: str, paths: dict[str, Path]) -> None:
+        """Record a command's raw logs in the DB with a capped head and tail each, never a whole body
+        (read in a thread: a log can be large, and the loop serves the other jobs meanwhile)."""
+        excerpts = await asyncio.to_thread(lambda: {stream: read_excerpt(path) for stream, path in paths.items()})
+        for stream, path in paths.items():
+            head, tail, size, lines = excerpts[stream]
+            self.ctx.writer.execute(
+                "INSERT INTO logs (run_id, job_id, attempt_id, name, stream, path, nbytes, nlines, head, tail, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (self.ctx.run_id, self.job["id"], self.attempt_id, name, stream, str(path), size, lines,
+                 head, tail, time.time()),
+            )
 
 
 def command_files(argv: list[str], workdir: Path) -> list[Path]:
@@ -491,19 +512,19 @@ def installation_of(program: Path) -> list[Path]:
 
 def read_excerpt(path: Path) -> tuple[str, str, int, int]:
     """Head, tail, size and line count of a file, reading it in blocks (logs can be huge)."""
-    if not path.exists():
+    try:
+        handle = path.open("rb")
+    except FileNotFoundError:
         return "", "", 0, 0
-    size = path.stat().st_size
-    lines = 0
-    with path.open("rb") as handle:
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
         head = handle.read(EXCERPT_BYTES)
-        lines += head.count(b"\n")
+        lines = head.count(b"\n")
+        if size <= 2 * EXCERPT_BYTES:  # small: all of it is the head
+            rest = handle.read()
+            return (head + rest).decode(errors="replace"), "", len(head) + len(rest), lines + rest.count(b"\n")
         while block := handle.read(1 << 20):
             lines += block.count(b"\n")
-        if size > 2 * EXCERPT_BYTES:
-            handle.seek(size - EXCERPT_BYTES)
-            tail = handle.read()
-        else:
-            tail = b""
-            head = path.read_bytes()
+        handle.seek(size - EXCERPT_BYTES)
+        tail = handle.read()
     return head.decode(errors="replace"), tail.decode(errors="replace"), size, lines

@@ -73,7 +73,8 @@ def _summary(scores: RunScores) -> tuple[list[str], list[list[Any]]]:
         counts = score.hallucination_counts() or {}  # empty cells: C5 judged none of the agent's jobs
         row |= {f"hallucinations_{kind}": counts.get(kind) for kind in HALLUCINATION_KINDS}
         row |= {name: score.report_problems.get(name, 0) for name in REPORT_PROBLEMS}
-        row |= {"agent_seconds": score.agent_seconds, "input_tokens": score.input_tokens,
+        row |= {"agent_seconds": score.agent_seconds, "queue_seconds": score.queue_seconds,
+                "input_tokens": score.input_tokens,
                 "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "cost_partial": score.cost_partial,
                 "env_bytes_median": score.env_bytes_median, "errors": sum(score.errors.values()),
                 "infra_errors": sum(n for category, n in score.errors.items() if is_infra(category))}
@@ -81,7 +82,8 @@ def _summary(scores: RunScores) -> tuple[list[str], list[list[Any]]]:
     header = [*_which(scores), "agent", "jobs", "c0_paper_ratio", "c0_third_party_ratio", "c0_missing", "c0_total",
               "c0_third_party_missing", "c0_third_party_total",
               *(f"{tier}_{name}" for tier in ALL_TIERS for name in TIER_FIELDS),
-              *(f"hallucinations_{kind}" for kind in HALLUCINATION_KINDS), *REPORT_PROBLEMS, "agent_seconds", "input_tokens",
+              *(f"hallucinations_{kind}" for kind in HALLUCINATION_KINDS), *REPORT_PROBLEMS, "agent_seconds", "queue_seconds",
+              "input_tokens",
               "output_tokens", "cost_usd", "cost_partial", "env_bytes_median", "errors", "infra_errors"]
     return _table(rows, header)
 

@@ -818,7 +818,7 @@ class Engine:
         if rows:
             await self.writer.flush()  # a control may read what the engine recorded (a tier retry: the verdicts)
         for control in rows:
-            ack, message = self.controls.apply(control)
+            ack, message = await self.controls.apply(control)
             self.writer.update("controls", control["id"], {"acked_at": time.time(), "ack": ack, "ack_message": message})
             self.writer.event(self.run_id, "control", {**control, "ack": ack, "ack_message": message},
                               job_id=control["job_id"])

@@ -235,6 +235,14 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX tier_results_shown ON tier_results(run_id, scoring_id, id, job_id, attempt_id, tier, status);
     """,
+    # 6: a phase's own working time apart from its wall time: `active_s` leaves out what its commands
+    # spent not running (in a cluster's queue, held or suspended by a pause, paused), `queued_s` is
+    # the time its commands waited in a cluster's queue. NULL in phases recorded before: their wall
+    # time is all they have.
+    """
+    ALTER TABLE phases ADD COLUMN active_s REAL;
+    ALTER TABLE phases ADD COLUMN queued_s REAL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

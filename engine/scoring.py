@@ -67,7 +67,8 @@ class AgentScore:
     c0_third_party_total: int = 0
     hallucinations: Counter = field(default_factory=Counter)
     report_problems: Counter = field(default_factory=Counter)
-    agent_seconds: float = 0.0
+    agent_seconds: float = 0.0  # working time only: never queue, hold or pause
+    queue_seconds: float = 0.0  # waits in a cluster's queue, apart
     input_tokens: int | None = None  # None: no job reported tokens (a baseline, a command agent)
     output_tokens: int | None = None
     cost_usd: float | None = None  # None: no job's cost is known
@@ -81,6 +82,12 @@ class AgentScore:
     @property
     def cost_text(self) -> str:
         return usd(self.cost_usd, self.cost_partial)
+
+    @property
+    def agent_time_text(self) -> str:
+        """`12.3s`, or `12.3s (+40.1s queued)` when its jobs also waited in a cluster's queue."""
+        queued = f" (+{self.queue_seconds:.1f}s queued)" if self.queue_seconds >= 0.05 else ""
+        return f"{self.agent_seconds:.1f}s{queued}"
 
     @property
     def tokens_text(self) -> str:
@@ -178,9 +185,12 @@ def score_run(reader: StoreReader, run_id: str, scoring: Scoring | str | int | N
     results = latest_results(reader, run_id, chosen)
     agents: dict[str, AgentScore] = {}
     repos, hallucinated = [], []
-    agent_time = {row["job_id"]: row["seconds"] or 0.0 for row in reader.rows(
-        "SELECT a.job_id, SUM(p.finished_at - p.started_at) AS seconds FROM phases p JOIN attempts a"
-        " ON a.id = p.attempt_id WHERE a.run_id = ? AND p.name = 'agent' GROUP BY a.job_id", (run_id,))}
+    # Agent time is the agent phases' working time (queue, holds and pauses left out); a phase recorded
+    # before that was kept has its wall time. Queue time is every phase's wait in a cluster's queue.
+    times = {row["job_id"]: row for row in reader.rows(
+        "SELECT a.job_id, SUM(CASE WHEN p.name = 'agent' THEN COALESCE(p.active_s, p.finished_at - p.started_at)"
+        " END) AS seconds, SUM(p.queued_s) AS queued FROM phases p JOIN attempts a"
+        " ON a.id = p.attempt_id WHERE a.run_id = ? GROUP BY a.job_id", (run_id,))}
     usage = {row["job_id"]: row for row in reader.rows(
         "SELECT job_id, SUM(input_tokens + cached_input_tokens + cache_write_tokens) AS input,"
         " SUM(output_tokens) AS output, SUM(cost_usd) AS cost, COUNT(cost_usd) AS priced, COUNT(*) AS n"
@@ -192,7 +202,9 @@ def score_run(reader: StoreReader, run_id: str, scoring: Scoring | str | int | N
     for job in jobs:
         score = agents.setdefault(job["agent"], AgentScore(job["agent"]))
         score.jobs += 1
-        score.agent_seconds += agent_time.get(job["id"], 0.0)
+        if (spent := times.get(job["id"])) is not None:
+            score.agent_seconds += spent["seconds"] or 0.0
+            score.queue_seconds += spent["queued"] or 0.0
         if job["id"] in usage:
             score.input_tokens = (score.input_tokens or 0) + (usage[job["id"]]["input"] or 0)
             score.output_tokens = (score.output_tokens or 0) + (usage[job["id"]]["output"] or 0)
@@ -303,7 +315,7 @@ def agent_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
             score.agent, str(score.jobs), c0_text(score.c0_total - score.c0_missing, score.c0_total),
             c0_text(score.c0_third_party_total - score.c0_third_party_missing, score.c0_third_party_total), *tiers,
             *(NOT_SCORED if counts is None else str(counts[kind]) for kind in HALLUCINATION_KINDS),
-            str(sum(score.report_problems.values())), f"{score.agent_seconds:.1f}s",
+            str(sum(score.report_problems.values())), score.agent_time_text,
             score.tokens_text, score.cost_text,
             "—" if size is None else f"{size / 2**20:.0f} MiB (median)", score.errors_text or "—",
         ])
@@ -365,7 +377,8 @@ def to_json(scores: RunScores) -> dict[str, Any]:
                       for tier, tally in score.tiers.items()},
             "hallucinations": score.hallucination_counts(), "report_problems": dict(score.report_problems),
             **({} if score.c5_scored else {"hallucinations_not_scored": _why_c5_not_scored(scores.run)}),
-            "agent_seconds": score.agent_seconds, "input_tokens": score.input_tokens,
+            "agent_seconds": score.agent_seconds, "queue_seconds": score.queue_seconds,
+            "input_tokens": score.input_tokens,
             "output_tokens": score.output_tokens, "cost_usd": score.cost_usd, "cost_partial": score.cost_partial,
             "env_bytes": score.env_bytes,
             "errors": {"total": sum(score.errors.values()), "by_category": dict(score.errors),

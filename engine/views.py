@@ -51,7 +51,7 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
     """One row per job: where it ran, its state (with the category of the attempt that ended it:
     `state_text` is ``error/model_api``), the latest status of each tier in `scoring` (default: the
     latest scoring) and its category, agent time, elapsed time, tokens and dollars. Numbers stay numbers
-    (`agent_seconds`, `elapsed_s`, `tokens`, `cost_usd`; None when unknown) beside the `*_text` forms
+    (`agent_seconds`, `queue_seconds`, `elapsed_s`, `tokens`, `cost_usd`; None when unknown) beside the `*_text` forms
     that tables print."""
     if scoring is None:
         scoring, _ = choose_scoring(reader, run_id)
@@ -69,10 +69,11 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
         failing.pop(result["tier"], None)
         if result["status"] in ("fail", "error"):
             failing[result["tier"]] = json.loads(result["evidence_json"] or "{}")
-    agent_time = {
-        row["job_id"]: row["seconds"] for row in reader.rows(
-            "SELECT a.job_id, SUM(p.finished_at - p.started_at) AS seconds FROM phases p"
-            " JOIN attempts a ON a.id = p.attempt_id WHERE a.run_id = ? AND p.name = 'agent'"
+    times = {  # the latest full attempt's agent working time (no queue, hold or pause) and queue wait
+        row["job_id"]: row for row in reader.rows(
+            "SELECT a.job_id, SUM(CASE WHEN p.name = 'agent' THEN COALESCE(p.active_s, p.finished_at - p.started_at)"
+            " END) AS seconds, SUM(p.queued_s) AS queued FROM phases p"
+            " JOIN attempts a ON a.id = p.attempt_id WHERE a.run_id = ?"
             " AND a.number = (SELECT MAX(number) FROM attempts WHERE job_id = a.job_id AND scope = 'job')"
             " GROUP BY a.job_id",
             (run_id,),
@@ -96,7 +97,8 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
         where = job["host"] or "—"
         if job["gpus"]:
             where += f":{job['gpus']}"
-        seconds = agent_time.get(job["id"])
+        spent = times.get(job["id"]) or {}
+        seconds, queued = spent.get("seconds"), spent.get("queued")
         category = ended.get(job["id"]) if job["state"] == "error" else None
         failing = failures.get(job["id"], {})
         tier_reasons = {tier: tier_reason(evidence) for tier, evidence in failing.items()}
@@ -119,6 +121,7 @@ def job_rows(reader: StoreReader, run_id: str, scoring: Scoring | None = None) -
             "tier_categories": {tier: tier_categories.get(job["id"], {}).get(tier) for tier in TIERS},
             "agent_seconds": seconds,
             "agent_time_text": f"{seconds:.1f}" if seconds is not None else "—",
+            "queue_seconds": queued,  # None: no command of it waited in a cluster's queue
             "elapsed_s": (elapsed := _elapsed(job)),
             "elapsed_text": f"{elapsed:.1f}s" if elapsed is not None else "—",
             **_spend(spend.get(job["id"])),

@@ -5,7 +5,8 @@
 * ``slurmctld -D`` and one ``slurmd -D -N <node>`` per node, all in the foreground, started with
   ``start_new_session`` and stopped by their PIDs (never by name). Every node is this machine
   (``NodeAddr=127.0.0.1``) with its own ``Port``, so two nodes give real multi-node scheduling.
-* GPUs are fake: empty files ``<root>/dev/nvidia<N>`` declared in ``gres.conf`` as ``Name=gpu File=...``.
+* GPUs are fake: character devices ``<root>/dev/nvidia<N>`` (NVIDIA's major 195; slurmd refuses empty
+  files) declared in ``gres.conf`` as ``Name=gpu File=...``.
   Slurm schedules ``--gres=gpu:N`` against them and sets ``CUDA_VISIBLE_DEVICES`` in the job; no
   cgroup device constraint is configured (proctrack/linuxproc, task/none), so nothing opens them.
 * Clients find the cluster through ``SLURM_CONF`` (:meth:`SlurmCluster.env`); ``host_yaml`` writes a

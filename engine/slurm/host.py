@@ -115,8 +115,9 @@ class SlurmHost(Host):
         """sbatch with backoff while the controller is away; SandboxError when Slurm refuses the job."""
         if self._submit_gate is None:
             self._submit_gate = asyncio.Semaphore(SUBMIT_CONCURRENCY)
-        token = f"resenv:{secrets.token_hex(8)}"
-        options = [opt if not opt.startswith("--comment=") else f"--comment={token}" for opt in options]
+        token = next((opt.partition("=")[2] for opt in options if opt.startswith("--comment=")), "")
+        if not token:
+            raise ValueError("a submission needs its unique --comment (see submission_token)")
         deadline = time.monotonic() + SUBMIT_GIVE_UP_S
         lost_answer = False
         while True:
@@ -140,6 +141,12 @@ class SlurmHost(Host):
                 log.warning("host %s: sbatch: %s; retrying in %.1f s", self.name, error, self._backoff_s)
             except SlurmError as error:
                 raise SandboxError(f"host {self.name}: {error}") from error
+
+    @staticmethod
+    def submission_token() -> str:
+        """A submission's unique ``--comment``: how a submission whose answer was lost is found again
+        (the caller keeps the options it sends, so what it records is what was submitted)."""
+        return f"resenv:{secrets.token_hex(8)}"
 
     async def _find(self, token: str) -> str | None:
         """The job a lost sbatch answer was about, by its unique comment."""

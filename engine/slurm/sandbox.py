@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 LOGIN_COMMANDS = frozenset({"checkout", "version"})  # timeout names of commands run on the submit side
 EXIT_FILE_GRACE_S = 3.0  # a job Slurm calls finished may still be flushing its exit file (NFS)
 MISSING_POLLS = 3  # answers without the job before asking scontrol/sacct about it
+RESUSPEND_AFTER_S = 1.0  # between resuming a job and suspending it again
 
 
 class _NullFile:
@@ -124,6 +125,8 @@ class _SlurmRun(RunState):
     started_at: float | None = None  # monotonic: when it was first seen running
     paused_at_start: float = 0.0
     held: str | None = None  # how pause() stopped it: hold | suspend | signal
+    confirmed: str = ""  # what the controller said of it after the pause (the control's ack)
+    suspended_unlaunched: bool = False  # suspended before its command's process existed (see _suspend_run)
     cancelled: bool = False  # resenv ran scancel on it
     finished_seen: float | None = None
     node_started: float | None = None  # epoch seconds on the node (the started marker)
@@ -148,6 +151,7 @@ class SlurmSandbox:
         self._queued_done = 0.0
         self._lock = asyncio.Lock()
         self._background = BackgroundTasks()
+        self._pausing: asyncio.Task[Any] | None = None  # the last pause's holds and suspends
         self.submitted = 0
         # Over SSH the shared files are the login node's: the hooks the lifecycle and tiers use for
         # remote sandboxes (stage the pristine repo, copy report.json back, stat a path) are its.
@@ -226,7 +230,7 @@ class SlurmSandbox:
                      Tail(self.files, files.stderr, "stderr", on_line, copies[1] if copies else None)]
             script = batch_script(files, timeout_s=timeout, grace_s=self.term_grace_s, has_stdin=stdin is not None)
             options = sbatch_options(files, self.host.resources(gpus), name=self.job_name,
-                                     comment=f"resenv:{run.log_name}", timeout_s=timeout, grace_s=self.term_grace_s)
+                                     comment=self.host.submission_token(), timeout_s=timeout, grace_s=self.term_grace_s)
             run.job_id = await self.host.submit(script, options)
             self.submitted += 1
             run.state = "SUBMITTED"
@@ -273,6 +277,8 @@ class SlurmSandbox:
             if run.node_started is None and (marker := await self.files.read(run.files[STARTED], 0, 512)):
                 run.node_started = _first_float(marker)
                 self._mark_started(run)
+                if run.suspended_unlaunched:
+                    self._background.spawn(self._suspend_again(run))
             text = await self.files.read(run.files[EXIT], 0, 64)
             if text is not None and text.strip():
                 code = _parse_code(text)
@@ -388,7 +394,8 @@ class SlurmSandbox:
     def pause(self) -> None:
         if not self._clock.pause():
             return
-        self._background.spawn(self._each(lambda run: run.job_id is not None and not run.held, self._pause_run))
+        self._pausing = self._background.spawn(
+            self._each(lambda run: run.job_id is not None and not run.held, self._pause_run))
 
     def resume(self) -> None:
         if not self._clock.paused:
@@ -407,22 +414,81 @@ class SlurmSandbox:
                     log.warning("slurm job %s: %s", run.job_id, error)
 
     async def _pause_run(self, run: _SlurmRun) -> None:
+        """Hold the job while it is queued, suspend it once it runs; then ask the controller what it is.
+
+        What the poller last saw may be stale by a poll: a job seen pending can be running by the time
+        the hold arrives, and ``scontrol uhold`` accepts a running job without stopping anything. So
+        the state is read again after the hold (a held job can no longer start, so that answer is
+        final): running means the hold came too late, and it is released and the job suspended."""
         client, job = self.host.client, run.job_id
         assert job is not None
         if phase_of(run.state) in ("pending", "unknown") and run.started_at is None:
             if (await client.control("uhold", job)).returncode == 0:  # a user hold, whoever holds it
-                run.held = "hold"
-                return
+                info = await client.show_job(job)
+                if info is None or phase_of(info.state) == "pending":
+                    run.held = "hold"
+                    run.confirmed = f"slurm job {job} held in the queue ({info.reason if info else 'gone'})"
+                    return
+                await client.control("release", job)  # it started first: the hold holds nothing
+                self._observe(run, info)
+        await self._suspend_run(run)
+
+    async def _suspend_run(self, run: _SlurmRun) -> None:
+        client, job = self.host.client, run.job_id
+        assert job is not None and run.files is not None
+        # Slurm stops the processes a job has when the suspend comes; one its batch script starts
+        # after that runs on. The script writes `started` once the command's process exists.
+        launched = run.node_started is not None or await self.files.read(run.files[STARTED], 0, 512) is not None
         if (await client.control("suspend", job)).returncode == 0:
             run.held = "suspend"
+            run.suspended_unlaunched = not launched
+            info = await client.show_job(job)
+            state = info.state if info is not None else "gone"
+            run.confirmed = f"slurm job {job} suspended ({state})"
+            if not launched:
+                run.confirmed += "; its command had not started yet and is suspended again once it has"
             return
         await client.cancel([job], signal="STOP", full=True)  # suspend is for operators on most sites
         run.held = "signal"
+        run.confirmed = (f"slurm job {job}: its processes sent SIGSTOP (this cluster lets only operators "
+                         "suspend jobs)")
+
+    async def _suspend_again(self, run: _SlurmRun) -> None:
+        """A job suspended before its command started has started it since, so the command may run:
+        resume the job and suspend it again once its processes exist (a signal cannot reach a job Slurm
+        counts as suspended: ``scancel --signal`` waits on it)."""
+        async with self._lock:
+            if run.held != "suspend" or not run.suspended_unlaunched or run.job_id is None:
+                return
+            run.suspended_unlaunched = False
+            client = self.host.client
+            try:
+                await client.control("resume", run.job_id)
+                await asyncio.sleep(RESUSPEND_AFTER_S)  # slurmd settles a resume before the next suspend
+                if (await client.control("suspend", run.job_id)).returncode != 0:
+                    await client.cancel([run.job_id], signal="STOP", full=True)
+                    run.held = "signal"
+            except (SlurmError, OSError) as error:
+                log.warning("slurm job %s: suspending its command again: %s", run.job_id, error)
+
+    async def confirm_pause(self) -> str:
+        """What pausing did, once every hold and suspend asked so far has been carried out and the
+        controller has answered for it (the pause control is acknowledged with this, never before)."""
+        if self._pausing is not None:
+            await asyncio.wait([self._pausing])  # (a failure of it is logged there, and shows below)
+        async with self._lock:  # an exec that was submitting when the pause came pauses its job under it
+            runs = sorted(self._runs, key=lambda run: run.submitted_at)
+            if not runs:
+                return "no command was running; the next one waits for resume"
+            said = [run.confirmed or (f"{run.log_name}: not submitted yet; it is held once submitted"
+                                      if run.job_id is None else f"slurm job {run.job_id}: not stopped")
+                    for run in runs]
+            return "; ".join(said)
 
     async def _resume_run(self, run: _SlurmRun) -> None:
         client, job, held = self.host.client, run.job_id, run.held
         assert job is not None
-        run.held = None
+        run.held, run.confirmed, run.suspended_unlaunched = None, "", False
         if held == "hold":
             await client.control("release", job)
         elif held == "suspend":

@@ -88,11 +88,12 @@ def batch_script(files: JobFiles, *, timeout_s: float | None, grace_s: float = 5
         "# resenv: one sandbox command as a Slurm job (see resenv/engine/slurm/script.py)",
         f"PATH={q(DEFAULT_PATH)}; export PATH",
         f"spool={spool}",
-        # started: when (the node's clock), which job, where, and the GPUs Slurm granted
-        'printf "%s %s %s %s\\n" "$(date +%s.%N)" "${SLURM_JOB_ID:-}" "$(hostname)" "${CUDA_VISIBLE_DEVICES:-}"'
-        ' > "$spool/started.part" && mv "$spool/started.part" "$spool/started"',
         f'setsid sh "$spool/{CMD}" < {stdin} >> {q(str(files.stdout))} 2>> {q(str(files.stderr))} &',
         "child=$!",
+        # started: when (the node's clock), which job, where, and the GPUs Slurm granted. Written once
+        # the command's process exists: a suspend sent before this file appeared may have missed it.
+        'printf "%s %s %s %s\\n" "$(date +%s.%N)" "${SLURM_JOB_ID:-}" "$(hostname)" "${CUDA_VISIBLE_DEVICES:-}"'
+        ' > "$spool/started.part" && mv "$spool/started.part" "$spool/started"',
         # Slurm's TERM (scancel, its time limit) goes to the command's group first.
         "trap 'kill -TERM -\"$child\" 2>/dev/null' TERM INT HUP",
     ]

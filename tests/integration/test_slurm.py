@@ -132,6 +132,10 @@ async def test_exec_streams_output_passes_stdin_and_a_clean_env_and_gets_slurms_
         assert (tmp_path / "logs" / "a.stdout").read_text().startswith("out\n")
         submitted = sink.slurm()[0]
         assert submitted["state"] == "SUBMITTED" and "--gres=gpu:1" in submitted["options"]
+        # what the store keeps is what sbatch got: the job's comment, as the controller has it
+        comment = next(o.partition("=")[2] for o in submitted["options"] if o.startswith("--comment="))
+        info = await client(cluster).show_job(submitted["job_id"])
+        assert info is not None and info.raw.get("Comment") == comment and comment.startswith("resenv:")
         # a command without GPUs asks for none and sees none
         lines.clear()
         result = await sandbox.exec(["sh", "-c", "echo CVD=${CUDA_VISIBLE_DEVICES-unset}"], env={"CUDA_VISIBLE_DEVICES": ""},
@@ -223,6 +227,82 @@ async def test_pause_suspends_a_running_job_and_holds_a_pending_one(cluster, tmp
     finally:
         await sandbox.close()
         await host.close()
+
+
+@pytest.mark.timeout(420)
+async def test_a_pause_at_the_pending_to_running_transition_stops_the_job_every_time(cluster, tmp_path):
+    """The poller's view of a job lags by a poll: a pause sent as the job starts must still stop it
+    (held while queued, else suspended), and its acknowledgement must say which, as the controller
+    confirms it. The trials pause at spread offsets after the GPUs the job waits for are freed."""
+    host = await started_host(cluster)
+    slurm = client(cluster)
+    seen = []
+    try:
+        for trial in range(8):
+            root = tmp_path / f"t{trial}"
+            sandbox, sink = sandbox_for(host, root)
+            out = root / "logs" / "c.stdout"
+            blockers = [await slurm.submit("#!/bin/sh\nsleep 120\n", ["--gres=gpu:2", f"--output={root}/b%j.out"])
+                        for _ in range(2)]
+            try:
+                await wait_until(lambda: _all_in(slurm, blockers, "RUNNING"))
+                task = asyncio.create_task(sandbox.exec(
+                    ["sh", "-c", "i=0; while :; do echo $i; i=$((i+1)); sleep 0.1; done"],
+                    env={"CUDA_VISIBLE_DEVICES": "0"}, timeout=300, log_prefix=root / "logs" / "c"))
+                await wait_until(lambda: any(e["state"] == "PENDING" for e in sink.slurm()))
+                job_id = sink.slurm()[0]["job_id"]
+                await slurm.cancel(blockers)
+                await asyncio.sleep(0.15 * trial)  # 0 to 1 s: before, at and after the job starts
+                sandbox.pause()
+                said = await sandbox.confirm_pause()
+                info = await slurm.show_job(job_id)
+                assert info is not None
+                if info.state == "PENDING":
+                    assert info.reason == "JobHeldUser" and f"slurm job {job_id} held" in said, (info, said)
+                    await asyncio.sleep(2.0)  # GPUs free: a job that was not really held would start now
+                    assert (await slurm.show_job(job_id)).state == "PENDING"
+                    assert not out.exists() or out.read_text() == ""
+                else:
+                    assert info.state == "SUSPENDED" and f"slurm job {job_id} suspended (SUSPENDED)" in said, (info, said)
+                    # Suspended before its command started, the batch script may still start it: resenv
+                    # suspends it again then. Either the command is stopped, or it never started.
+                    marker = root / "logs" / "c.slurm" / "started"
+                    launched = await _within(lambda: marker.exists(), 4.0)
+                    [frozen] = await wait_until(lambda: _stable_count(out, 2.0), 20)  # slurmd's grace time
+                    await asyncio.sleep(2.0)
+                    assert len(out.read_text().split()) == frozen
+                    assert launched or not marker.exists()
+                seen.append((info.state, said))
+                await sandbox.kill()
+                await asyncio.wait_for(task, 60)
+            finally:
+                await slurm.cancel(blockers)
+                await sandbox.close()
+        print("what each pause found and said:", *seen, sep="\n  ")
+    finally:
+        await host.close()
+
+
+async def _all_in(slurm, job_ids, state):
+    jobs = await slurm.query()
+    return all(jobs.get(job_id) is not None and jobs[job_id].state == state for job_id in job_ids)
+
+
+async def _stable_count(path: Path, window: float) -> list[int] | None:
+    """[lines] when a file's line count did not change for `window` seconds (a list: 0 lines is an answer)."""
+    before = len(path.read_text().split())
+    await asyncio.sleep(window)
+    return [before] if len(path.read_text().split()) == before else None
+
+
+async def _within(predicate, seconds: float) -> bool:
+    """Whether `predicate` turns true within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.1)
+    return bool(predicate())
 
 
 async def _stable(path: Path) -> int | None:

@@ -314,8 +314,10 @@ def test_pause_and_resume_controls_suspend_and_resume_the_slurm_job(cluster, tmp
     try:
         job_id = wait_for(lambda: [e["job_id"] for e in slurm_events(db) if e["state"] == "RUNNING"
                                    and e["log"] == "agent"], 90)[0]
-        assert resenv("control", "pause", "latest", "gpu-repo/a", env=cli_env, cwd=tmp_path).returncode == 0
-        wait_for(lambda: state_of(job_id) == "SUSPENDED", 30)
+        paused = resenv("control", "pause", "latest", "gpu-repo/a", "--wait", "60", env=cli_env, cwd=tmp_path)
+        # acknowledged once the controller confirmed it, saying what was done
+        assert paused.returncode == 0 and f"slurm job {job_id} suspended (SUSPENDED)" in paused.stdout, paused.stdout
+        assert state_of(job_id) == "SUSPENDED"
         wait_for(lambda: any(e["state"] == "SUSPENDED" for e in slurm_events(db)), 30)  # the store saw it too
         assert resenv("control", "resume", "latest", "gpu-repo/a", env=cli_env, cwd=tmp_path).returncode == 0
         wait_for(lambda: state_of(job_id) == "RUNNING", 30)
@@ -325,3 +327,43 @@ def test_pause_and_resume_controls_suspend_and_resume_the_slurm_job(cluster, tmp
         if proc.poll() is None:
             proc.kill()
     assert rows(db, "SELECT state FROM jobs")[0]["state"] == "cancelled"
+
+
+@pytest.mark.timeout(400)
+def test_agent_time_leaves_out_the_queue_and_the_queue_time_is_reported_apart(cluster, tmp_path, cli_env):
+    """The same agent measured on an idle cluster and behind jobs that hold every node: its agent time
+    is the same (the queue, holds and pauses are not its work), and the wait is reported as queue time."""
+    agent = "a:\n  kind: command\n  command: \"echo working; sleep 3\"\n"
+
+    def run_once(root: Path, blocked: bool) -> tuple[dict, dict]:
+        root.mkdir()
+        bench = gpu_bench(root, cluster, agent=agent)
+        blockers = [cluster.run("sbatch", "--parsable", "--exclusive", "-N1", "-o", "/dev/null", "--wrap",
+                                "sleep 300").stdout.strip() for _ in range(2)] if blocked else []
+        db = root / "store.db"
+        env = {**cli_env, "RESENV_DB": str(db)}
+        proc = subprocess.Popen([*RESENV, "run", str(bench), "--tiers", "none", "--display", "none"], env=env,
+                                cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            if blocked:
+                wait_for(lambda: [e for e in slurm_events(db) if e["log"] == "agent" and e["state"] == "PENDING"], 90)
+                time.sleep(8)  # the agent's job waits in the queue
+                cluster.run("scancel", *blockers)
+            out, _ = proc.communicate(timeout=200)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            if blockers:
+                cluster.run("scancel", *blockers, check=False)
+        assert proc.returncode == 0, out[-3000:]
+        [job] = json.loads(resenv("show", "latest", "--json", env=env, cwd=root).stdout)["jobs"]
+        report = json.loads(resenv("report", "latest", "--format", "json", env=env, cwd=root).stdout)
+        return job, report["agents"]["a"]
+
+    idle_job, idle_agent = run_once(tmp_path / "idle", blocked=False)
+    busy_job, busy_agent = run_once(tmp_path / "busy", blocked=True)
+    assert 3.0 <= idle_job["agent_seconds"] < 8.0, idle_job
+    assert abs(busy_job["agent_seconds"] - idle_job["agent_seconds"]) < 2.5, (idle_job, busy_job)
+    assert busy_job["queue_seconds"] >= 7.0, busy_job  # the 8 s behind the blockers, seen by the poller
+    assert busy_agent["queue_seconds"] >= 7.0 and abs(busy_agent["agent_seconds"] - busy_job["agent_seconds"]) < 0.01
+    assert (idle_job["queue_seconds"] or 0.0) < 3.0

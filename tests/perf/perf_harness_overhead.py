@@ -157,7 +157,9 @@ def child_env() -> dict[str, str]:
     install): PYTHONDONTWRITEBYTECODE, where the shell sets it, would make every process start
     compile resenv's sources again, a quarter of a second that no installed copy pays."""
     env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
-    return {**env, "PYTHONPATH": os.pathsep.join([str(pu.PERF_DIR), str(pu.REPO_ROOT)])}
+    # An outer PYTHONPATH stays behind ours: it may be where resenv itself is (a checkout not pip-installed).
+    paths = [str(pu.PERF_DIR), str(pu.REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
 
 def run_resenv(bench: Path, agents: list[str], work: Path, jobs: int, profile_to: Path | None = None) -> dict[str, Any]:

@@ -62,7 +62,7 @@ async def measure(cluster, root: Path, jobs: int, polls: int) -> dict:
         files = JobFiles.for_prefix(root / "logs" / f"job-{index}")
         files.spool.mkdir(parents=True, exist_ok=True)
         script = batch_script(files, timeout_s=600)
-        options = sbatch_options(files, resources, name=host.job_name(), comment="resenv:x", timeout_s=600)
+        options = sbatch_options(files, resources, name=host.job_name(), comment=host.submission_token(), timeout_s=600)
         started = time.perf_counter()
         job_id = await host.submit(script, [*options, "--hold"])
         latencies.append(time.perf_counter() - started)
