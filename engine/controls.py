@@ -6,14 +6,15 @@ poll interval and acknowledges it with `applied` or `rejected` and a message say
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .scheduler import Engine
+from .store import StoreWriter, open_for_writing
 
 TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
 RUN_ACTIONS = {"pause", "resume", "cancel"}
@@ -91,8 +92,6 @@ def _skip_reason(result: Mapping[str, Any]) -> str:
 def record_refused(db: Path, run_id: str, action: str, message: str, *, job_id: int | None = None,
                    tier: str | None = None, origin: str = "cli") -> int:
     """A control refused before any engine saw it, kept in the store as `rejected` with its reason."""
-    from .store import open_for_writing
-
     now = time.time()
     conn = open_for_writing(db)
     try:
@@ -105,8 +104,28 @@ def record_refused(db: Path, run_id: str, action: str, message: str, *, job_id: 
         conn.close()
 
 
+class ControlledRun(Protocol):
+    """What the controls may see and change of the engine running a run (`scheduler.Engine`)."""
+
+    run_id: str
+    run: dict[str, Any]
+    writer: StoreWriter
+    jobs: dict[int, dict[str, Any]]
+    pending: deque[int]
+    requeue_after: dict[int, float]
+    running: Mapping[int, Any]  # job id -> its `scheduler.Running`
+    promised: dict[int, tuple[str, float]]
+    paused: bool
+    cancelled: bool
+    wake: asyncio.Event
+
+    def read_rows(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]: ...
+
+    def queue_tier_retry(self, job_id: int, tier: str) -> None: ...
+
+
 class ControlApplier:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: ControlledRun) -> None:
         self.engine = engine
 
     def apply(self, control: dict[str, Any]) -> tuple[str, str]:
@@ -205,7 +224,7 @@ class ControlApplier:
             return "rejected", f"job {job['key']} is {job['state']}; retry a tier once the job has finished"
         if job["attempts"] == 0:
             return "rejected", f"job {job['key']} never ran: there is no post-agent state to probe"
-        if (never := tier_never_ran(engine._read, engine.run, job, tier)) is not None:
+        if (never := tier_never_ran(engine.read_rows, engine.run, job, tier)) is not None:
             return "rejected", never
         engine.queue_tier_retry(job["id"], tier)
         return "applied", f"job {job['key']}: tier {tier} queued to re-run on the state attempt {job['attempts']} left"

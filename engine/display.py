@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from .eventtext import format_event
-from .lifecycle import AttemptOutcome
+from .attempt import AttemptOutcome
 from .outcomes import state_text
 from .store import StoreError, connect
 from .summary import summary_lines

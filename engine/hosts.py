@@ -165,27 +165,3 @@ class HostPool:
     def release(self, lease: Lease) -> None:
         lease.host.busy_slots -= 1
         lease.host.leased_gpus.difference_update(lease.gpus)
-
-
-def build_hosts(host_specs: dict[str, Any]) -> list[Host]:
-    """Hosts from the spec's `hosts:` entries; `gpus: auto` asks the local driver."""
-    hosts: list[Host] = []
-    for name, spec in host_specs.items():
-        if spec.kind == "ssh":  # imported here: hosts_ssh imports this module (and asyncssh)
-            from .hosts_ssh import build_ssh_host
-
-            hosts.append(build_ssh_host(name, spec))
-            continue
-        if spec.kind == "slurm":  # the cluster's scheduler owns the GPUs
-            from .slurm.host import build_slurm_host
-
-            hosts.append(build_slurm_host(name, spec))
-            continue
-        if spec.gpus == "auto":
-            gpu_ids = detect_local_gpus()
-        elif isinstance(spec.gpus, int):
-            gpu_ids = list(range(spec.gpus))
-        else:
-            gpu_ids = list(spec.gpus)
-        hosts.append(Host(name=name, kind=spec.kind, slots=spec.slots, gpu_ids=gpu_ids, spec=spec))
-    return hosts

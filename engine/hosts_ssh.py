@@ -26,6 +26,7 @@ import asyncssh
 
 from .checkout import COMPLETE_MARKER
 from .gpuinfo import DriverInfo
+from .hostcheck import remote_facts
 from .hosts import Host
 from .remote import HostDown, SshConnection, SshTarget
 from .sandbox.base import SandboxError
@@ -81,8 +82,6 @@ class SshHost(Host):
 
     async def refresh(self) -> None:
         """Facts of the host (GPUs for `gpus: auto`, driver, docker); never raises."""
-        from .hostcheck import remote_facts
-
         try:
             facts = await remote_facts(self.connection, self.spec, self.data_dir or Path("/tmp"))
         except Exception as error:  # facts are informative: a failure must not stop the run

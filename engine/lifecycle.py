@@ -18,76 +18,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .agents import AgentAdapter, JobPaths
+from .agents import JobPaths
 from .agents.session import AgentSession  # LLM agents: usage, cost, budgets, completion
-from .censuses import CensusCache
-from .checkout import CheckoutError, Pristine, PristineCache, checkout_argv, git_fatal_line, submodules_argv
+from .attempt import AttemptError, AttemptOutcome, EventSink, RunContext, attempt_dir
+from .checkout import CheckoutError, Pristine, checkout_argv, git_fatal_line, submodules_argv
 from .hosts import Lease
 from .integrity import verify_checkout
 from .output import OutputBudget, limits_of
 from .sandbox.base import ExecResult, HostSetupError, OutputLine, Sandbox, SandboxError, is_remote
 from .sandbox.isolation import env_paths, path_exists
-from .secrets import redact_files, redact_obj  # agents' secrets never reach the store
-from .store import StoreWriter, disk_failure
+from .secrets import redact_files  # agents' secrets never reach the store
+from .store import disk_failure
 from .tiers import PROBE_TIERS, TierRunner, tail_text
 
 EXCERPT_BYTES = 4096
 CONFIGURED_PHASES = frozenset({"agent", "version"})
 """Phases whose command line comes from the benchmark's configuration, not from the agent: the host
 files it names are shown to its sandbox (read-only)."""
-
-
-class AttemptError(Exception):
-    """The attempt cannot go on; `category` is from the failure classifier's vocabulary."""
-
-    def __init__(self, message: str, category: str) -> None:
-        super().__init__(message)
-        self.category = category
-
-
-@dataclass
-class AttemptOutcome:
-    state: str  # done | error | cancelled
-    category: str | None = None
-    reason: str | None = None
-
-
-class EventSink:
-    """The events of one attempt, numbered in the order they happen."""
-
-    def __init__(self, writer: StoreWriter, run_id: str, job_id: int, attempt_id: int, seq: int = 0) -> None:
-        self.writer = writer
-        self.run_id = run_id
-        self.job_id = job_id
-        self.attempt_id = attempt_id
-        self.seq = seq
-
-    def emit(self, kind: str, data: dict[str, Any]) -> int | None:
-        """Queue one event; returns the length of its JSON (what the output budget counts)."""
-        self.seq += 1
-        data = redact_obj(data)  # no-op unless an agent has secrets
-        return self.writer.event(
-            self.run_id, kind, data, job_id=self.job_id, attempt_id=self.attempt_id, seq=self.seq
-        )
-
-
-@dataclass
-class RunContext:
-    """What every job of a run shares."""
-
-    writer: StoreWriter
-    run_id: str
-    run_dir: Path
-    bench: Any
-    suite: Any
-    pristines: PristineCache
-    agents: dict[str, AgentAdapter]
-    tiers: tuple[str, ...]
-    censuses: CensusCache = field(default_factory=CensusCache)  # one per (repo, commit), for the whole run
-
-
-def attempt_dir(run_dir: Path, repo_id: str, agent: str, number: int) -> Path:
-    return run_dir / "jobs" / f"{repo_id}--{agent}" / f"attempt-{number}"
 
 
 def log_kind(log_name: str) -> str:

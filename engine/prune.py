@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .hosts import build_hosts
+from .hostbuild import build_hosts
 from .scheduler import engine_alive
 from .spec import benchmark_from_snapshot
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from .agents.transcript import unknown
-from .lifecycle import EventSink, log_kind
+from .attempt import EventSink
+from .lifecycle import log_kind
 from .output import HEAD_BYTES, TAIL_BYTES, OutputBudget, iter_lines
 
 STREAMS = ("stdout", "stderr")

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..probes import rules
 from .fleet import start_fleet, stop_fleet
-from .lifecycle import AttemptOutcome
+from .attempt import AttemptOutcome
 from .scheduler import HEARTBEAT_S, STALE_AFTER_S, Display, Engine, EngineBusy, TierWork
 from .scorings import Scoring, live_rescore
 from .store import StoreWriter, open_for_writing
@@ -138,7 +138,7 @@ class Rescorer(Engine):
     def _stale_attempts(self) -> list[dict[str, Any]]:
         """Attempts a dead rescore left `running` (no live process holds the run: `_load` checked); those
         of a dead engine refuse the rescore, as `run --resume` recovers them, with their logs."""
-        stale = self._read("SELECT id, scope, job_id FROM attempts WHERE run_id = ? AND state = 'running'",
+        stale = self.read_rows("SELECT id, scope, job_id FROM attempts WHERE run_id = ? AND state = 'running'",
                            (self.run_id,))
         engine_left = [row for row in stale if row["scope"] != "rescore"]
         if engine_left:
@@ -193,12 +193,12 @@ class Rescorer(Engine):
     def _plan(self) -> None:
         """Per job, the newest full attempt whose verdicts the run recorded, and where its state lives;
         a job without one, or whose host is down, is recorded as not rescored."""
-        scored = {(row["job_id"], row["workdir"]) for row in self._read(
+        scored = {(row["job_id"], row["workdir"]) for row in self.read_rows(
             "SELECT DISTINCT a.job_id, a.workdir FROM tier_results t JOIN attempts a ON a.id = t.attempt_id"
             " WHERE t.run_id = ? AND (t.scoring_id IS NULL OR t.scoring_id IN"
             " (SELECT id FROM scorings WHERE number = 0))", (self.run_id,))}
         full: dict[int, list[dict[str, Any]]] = {}
-        for row in self._read("SELECT * FROM attempts WHERE run_id = ? AND scope = 'job' ORDER BY number",
+        for row in self.read_rows("SELECT * FROM attempts WHERE run_id = ? AND scope = 'job' ORDER BY number",
                               (self.run_id,)):
             full.setdefault(row["job_id"], []).append(row)
         hosts = {host.name: host for host in self.pool.hosts}
@@ -252,7 +252,7 @@ class Rescorer(Engine):
         state, returned: `empty` when it judged nothing (it never becomes the `latest` scoring)."""
         await self.writer.flush()
         judged: dict[int, set[str]] = {}
-        for row in self._read("SELECT attempt_id, tier FROM tier_results WHERE scoring_id = ?", (self.scoring_id,)):
+        for row in self.read_rows("SELECT attempt_id, tier FROM tier_results WHERE scoring_id = ?", (self.scoring_id,)):
             judged.setdefault(row["attempt_id"], set()).add(row["tier"])
         if state == "done" and not judged:
             state = "empty"

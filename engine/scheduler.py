@@ -25,8 +25,10 @@ from .checkout import PristineCache
 from .controls import ControlApplier
 from .durations import DurationEstimates, attempt_history, timeout_bound
 from .fleet import start_fleet, stop_fleet  # SSH connections, host states, GPU telemetry
-from .hosts import HostPool, Lease, build_hosts
-from .lifecycle import AttemptOutcome, EventSink, JobAttempt, RunContext, attempt_dir
+from .hostbuild import build_hosts
+from .hosts import HostPool, Lease
+from .attempt import AttemptOutcome, EventSink, RunContext, attempt_dir
+from .lifecycle import JobAttempt
 from .output import ROW_OVERHEAD, OutputBudget, limits_of
 from .outcomes import INFRA_CATEGORIES, is_retried
 from .packing import HostRoom, QueuedWork, RunningWork, plan
@@ -637,7 +639,7 @@ class Engine:
     ) -> None:
         self.display.message(f"{job['key']}: tier {work.tiers[0]} re-run {outcome.state}")
 
-    def _read(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+    def read_rows(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
         """A short read on its own read-only connection (what the writer committed so far)."""
         conn = connect(self.db_path, readonly=True)
         try:
@@ -646,13 +648,13 @@ class Engine:
             conn.close()
 
     def _latest_full_attempt(self, job_id: int) -> dict[str, Any]:
-        return self._read(
+        return self.read_rows(
             "SELECT number, workdir FROM attempts WHERE job_id = ? AND scope = 'job' ORDER BY number DESC LIMIT 1",
             (job_id,))[0]
 
     def _original_tier_rows(self, job_id: int) -> dict[str, Any]:
         """The newest verdict of each tier of the job in the run's own (original) scoring."""
-        rows = self._read(
+        rows = self.read_rows(
             "SELECT tier, status, category FROM tier_results WHERE job_id = ? AND (scoring_id IS NULL OR scoring_id"
             " IN (SELECT id FROM scorings WHERE number = 0)) ORDER BY id", (job_id,))
         return {row["tier"]: row for row in rows}
@@ -813,7 +815,7 @@ class Engine:
 
     async def _apply_controls(self) -> None:
         """Apply and acknowledge every control not yet acknowledged, oldest first."""
-        rows = self._read("SELECT * FROM controls WHERE run_id = ? AND acked_at IS NULL ORDER BY id", (self.run_id,))
+        rows = self.read_rows("SELECT * FROM controls WHERE run_id = ? AND acked_at IS NULL ORDER BY id", (self.run_id,))
         if rows:
             await self.writer.flush()  # a control may read what the engine recorded (a tier retry: the verdicts)
         for control in rows:

@@ -328,6 +328,11 @@ class ResenvApp(App[Any]):
                 self._perf.write("loaded", f"{self.feed.load_seconds:.6f}")
             self._perf.write("paint", str(rows))
 
+    @property
+    def measuring(self) -> bool:
+        """Whether a perf log is open: the screens then report what they show."""
+        return self._perf is not None
+
     def perf(self, kind: str, detail: str) -> None:
         if self._perf is not None:
             self._perf.write(kind, detail)

@@ -12,7 +12,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from rich.console import Group
 from rich.progress_bar import ProgressBar as RichProgressBar
@@ -26,21 +26,41 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import (
     Button, DataTable, DirectoryTree, Footer, Input, Log, OptionList, Static, TabbedContent, TabPane,
 )
+from textual.notifications import SeverityLevel
 from textual.widgets.option_list import Option
 
 from ..engine.eventtext import gpu_use_text
 from ..engine.wording import counted
 from . import data
 from .commands import BY_NAME, bindings_for, help_rows
-from .data import ALL_TIERS, Changes, JobView, RunFeed
+from .data import ALL_TIERS, Changes, JobView, Poller, RunFeed
 from .widgets import (
     GLYPH, GLYPH_STYLE, LEGEND, LEGEND_MARKUP, TIER_HEADER, Column, FitTable, FixedSparkline, FollowLog,
     TranscriptHighlighter, cost_text, duration, host_strip, job_cells, job_pyramid, overview_columns, pyramid_panel,
     state_text, tier_text, tokens_text,
 )
 
-if TYPE_CHECKING:
-    from .app import ResenvApp
+
+class Dashboard(Protocol):
+    """What the screens use of the app that shows them (`dashboard.ResenvApp`): the screens depend
+    on this, the app on the screens."""
+
+    db_path: Path
+    readonly: bool
+    poller: Poller
+
+    @property
+    def measuring(self) -> bool: ...
+
+    def perf(self, kind: str, detail: str) -> None: ...
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None: ...
+
+    def open_run(self, run_id: str) -> None: ...
+
+    def request_control(self, feed: RunFeed, action: str, *, job: JobView | None = None,
+                        tier: str | None = None) -> None: ...
 
 
 def _run_state(feed: RunFeed) -> tuple[str, str]:
@@ -79,7 +99,7 @@ class DashScreen(Screen):
         """The screen now receives its feed's changes (start streams here, not in on_mount)."""
 
     @property
-    def dash(self) -> ResenvApp:
+    def dash(self) -> Dashboard:
         return self.app  # type: ignore[return-value]
 
     def is_readonly(self) -> bool:
@@ -864,7 +884,7 @@ class JobScreen(DashScreen):
         if changes.transcript:
             log.write_lines(changes.transcript)  # one batch per paint tick, however many events came
             self.transcript_lines += len(changes.transcript)
-            if self.dash._perf is not None:  # perf_tui.py: the newest streamed line number shown
+            if self.dash.measuring:  # perf_tui.py: the newest streamed line number shown
                 match = re.search(r"streamed line (\d+)", changes.transcript[-1])
                 self.dash.perf("transcript", match.group(1) if match else "0")
         if self.job_id in changes.jobs:

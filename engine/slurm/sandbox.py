@@ -47,25 +47,39 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 from ..sandbox.base import ExecResult, OutputLine, SandboxError
 from ..sandbox.common import (
     READ_CHUNK, BackgroundTasks, OutputSink, PauseClock, RunState, exec_args, log_paths, mirrored_cwd, wait_done,
 )
-from .client import ControllerUnavailable, JobInfo, SlurmError
+from .client import ControllerUnavailable, JobInfo, SlurmClient, SlurmError
 from .files import SharedFiles
-from .script import CMD, EXIT, STARTED, STDIN, TIMED_OUT, JobFiles, batch_script, command_file, sbatch_options
+from .monitor import SlurmMonitor
+from .script import (CMD, EXIT, STARTED, STDIN, TIMED_OUT, JobFiles, Resources, batch_script, command_file,
+                     sbatch_options)
 from .states import outcome_of, phase_of
-
-if TYPE_CHECKING:
-    from .host import SlurmHost
 
 log = logging.getLogger(__name__)
 
 LOGIN_COMMANDS = frozenset({"checkout", "version"})  # timeout names of commands run on the submit side
 EXIT_FILE_GRACE_S = 3.0  # a job Slurm calls finished may still be flushing its exit file (NFS)
 MISSING_POLLS = 3  # answers without the job before asking scontrol/sacct about it
+
+
+class SubmitHost(Protocol):
+    """What a Slurm sandbox needs of its host (`slurm.host.SlurmHost`): the cluster's client and
+    monitor, the resources of a job and how to submit one."""
+
+    name: str
+    client: SlurmClient
+    monitor: SlurmMonitor
+    tail_s: float
+    agent_gpus: int | None
+
+    def resources(self, gpus: int) -> Resources: ...
+
+    async def submit(self, script: str, options: list[str]) -> str: ...
 
 
 class _NullFile:
@@ -133,7 +147,7 @@ class _SlurmRun(RunState):
 class SlurmSandbox:
     """See the module docstring."""
 
-    def __init__(self, host: SlurmHost, workdir: Path, *, attempt: Any = None, term_grace_s: float = 5.0) -> None:
+    def __init__(self, host: SubmitHost, workdir: Path, *, attempt: Any = None, term_grace_s: float = 5.0) -> None:
         self.host = host
         self.login = host.login_sandbox(workdir)
         self.workdir = self.login.workdir

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine.hosts import HostPool, build_hosts
+from resenv.engine.hostbuild import build_hosts
+from resenv.engine.hosts import HostPool
 from resenv.engine.slurm.check import slurm_minutes
 from resenv.engine.slurm.client import SEP, gres_count, parse_key_values, parse_squeue, parse_squeue_json
 from resenv.engine.slurm.facts import expand_nodelist
