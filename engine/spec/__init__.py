@@ -166,7 +166,7 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from .yamlsource import (
+from ..yamlsource import (
     Positions,
     SpecError,
     SpecIssue,
