@@ -29,12 +29,12 @@ from textual.widgets import (
 from textual.notifications import SeverityLevel
 from textual.widgets.option_list import Option
 
-from ..engine.eventtext import gpu_use_text
-from ..engine.wording import counted
-from . import data
-from .commands import BY_NAME, bindings_for, help_rows
-from .data import ALL_TIERS, Changes, JobView, Poller, RunFeed
-from .widgets import (
+from ...engine.eventtext import gpu_use_text
+from ...engine.wording import counted
+from .. import data
+from ..commands import BY_NAME, bindings_for, help_rows
+from ..data import ALL_TIERS, Changes, JobView, Poller, RunFeed
+from ..widgets import (
     GLYPH, GLYPH_STYLE, LEGEND, LEGEND_MARKUP, TIER_HEADER, Column, FitTable, FixedSparkline, FollowLog,
     TranscriptHighlighter, cost_text, duration, host_strip, job_cells, job_pyramid, overview_columns, pyramid_panel,
     state_text, tier_text, tokens_text,
@@ -630,7 +630,7 @@ def _framework_entry(observed: dict[str, Any], name: Any) -> dict[str, Any] | No
         return None
     # imported here: the audit module pulls in the census and classifier, ~0.1 s the dashboard's
     # open would otherwise spend before its first frame, for a screen opened later if ever
-    from ..probes.audit import normalize_framework
+    from ...probes.audit import normalize_framework
 
     entry = table.get(normalize_framework(name))
     return entry if isinstance(entry, dict) else None
