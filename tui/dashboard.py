@@ -18,7 +18,8 @@ from textual.app import App
 from textual.css.query import NoMatches
 
 from .commands import RegistryProvider
-from .data import JobView, Poller, RunFeed
+from .data import Poller, RunFeed
+from .views import JobView
 from .live import EngineThread
 from .screens import ConfirmScreen, DashScreen, HelpScreen, HistoryScreen, HostsScreen, OverviewScreen
 

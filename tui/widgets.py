@@ -28,7 +28,8 @@ from textual.widgets.data_table import ColumnKey, DuplicateKey, Row, RowKey
 
 from ..engine.money import usd
 from ..engine.outcomes import errors_text
-from .data import ALL_TIERS, PYRAMID, STALE_SAMPLE_S, HostView, JobView, Sample, displayed_tiers
+from .data import STALE_SAMPLE_S
+from .views import ALL_TIERS, PYRAMID, HostView, JobView, Sample, displayed_tiers
 
 if TYPE_CHECKING:
     from ..engine.scoring import AgentScore, RunScores

@@ -10,7 +10,7 @@ from pathlib import Path
 from rich.text import Text
 
 from resenv.engine import scheduler, tiers
-from resenv.tui import data
+from resenv.tui import data, views
 from resenv.engine.eventtext import format_event, gpu_use_text
 from resenv.tui.data import JobView, RunFeed
 from resenv.tui.widgets import FixedSparkline, spark_text, tier_text
@@ -19,7 +19,7 @@ from . import fixture_db
 
 
 def test_mirrors_of_engine_constants_agree_with_the_engine() -> None:
-    assert data.ALL_TIERS == tiers.ALL_TIERS and data.PROBE_TIERS == tiers.PROBE_TIERS
+    assert views.ALL_TIERS == tiers.ALL_TIERS and views.PROBE_TIERS == tiers.PROBE_TIERS
     assert data.STALE_AFTER_S == scheduler.STALE_AFTER_S
     now = time.time()
     cases = [

@@ -12,7 +12,8 @@ from textual.notifications import SeverityLevel
 from textual.screen import Screen
 
 from ..commands import BY_NAME, bindings_for
-from ..data import Changes, JobView, Poller, RunFeed
+from ..data import Poller, RunFeed
+from ..views import Changes, JobView
 
 
 class Dashboard(Protocol):

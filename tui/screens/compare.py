@@ -11,9 +11,9 @@ from textual.app import ComposeResult
 from textual.widgets import Footer, Static
 
 from ...engine.wording import counted
-from .. import data
+from .. import queries
 from ..commands import bindings_for
-from ..data import ALL_TIERS
+from ..views import ALL_TIERS
 from ..widgets import Column, FitTable, LEGEND, TIER_HEADER, tier_text
 from .base import DashScreen
 
@@ -36,7 +36,7 @@ class CompareScreen(DashScreen):
 
     @work(thread=True)
     def _load(self) -> None:
-        result = data.compare(self.dash.db_path, self.run_ids)
+        result = queries.compare(self.dash.db_path, self.run_ids)
         self.app.call_from_thread(self._show, result)
 
     def _show(self, result: dict[str, Any]) -> None:

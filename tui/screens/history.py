@@ -11,9 +11,9 @@ from textual.app import ComposeResult
 from textual.widgets import DataTable, Footer, Input, Static
 
 from ...engine.wording import counted
-from .. import data
+from .. import queries
 from ..commands import bindings_for
-from ..data import ALL_TIERS
+from ..views import ALL_TIERS
 from ..widgets import Column, FitTable, cost_text, duration, state_text, tokens_text
 from .base import DashScreen
 from .compare import CompareScreen
@@ -77,7 +77,7 @@ class HistoryScreen(DashScreen):
 
     @work(thread=True, exclusive=True, group="history")
     def _load(self) -> None:
-        runs = data.history(self.dash.db_path)
+        runs = queries.history(self.dash.db_path)
         self.app.call_from_thread(self._show, runs)
 
     def _key(self, run: dict[str, Any]) -> Any:

@@ -13,9 +13,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Static
 
-from .. import data
+from .. import data, queries
 from ..commands import bindings_for
-from ..data import Changes, RunFeed
+from ..data import RunFeed
+from ..views import Changes, HostView, Sample
 from ..widgets import FixedSparkline, duration
 from .base import DashScreen, run_state
 
@@ -53,7 +54,7 @@ class GpuRow(Horizontal):
         yield Static(classes="gpu-stats")
         yield Static(classes="gpu-job")
 
-    def show(self, samples: list[data.Sample], lease: dict[str, Any] | None, now: float) -> None:
+    def show(self, samples: list[Sample], lease: dict[str, Any] | None, now: float) -> None:
         if not self.query(".gpu-util"):
             return  # just mounted, not yet composed: the next refresh shows it
         util = self.query_one(".gpu-util", FixedSparkline)
@@ -103,7 +104,7 @@ class HostsScreen(DashScreen):
         self._rebuild()
         self._load_leases()
 
-    def _gpus(self, host: data.HostView) -> tuple[int, ...]:
+    def _gpus(self, host: HostView) -> tuple[int, ...]:
         return tuple(sorted(set(host.gpu_ids) | {g for (h, g) in self.feed.gpu_series() if h == host.name}))
 
     def _rebuild(self) -> None:
@@ -135,7 +136,7 @@ class HostsScreen(DashScreen):
             box.mount(*children)
         self.call_after_refresh(self._refresh_rows)
 
-    def _show_state(self, host: data.HostView) -> None:
+    def _show_state(self, host: HostView) -> None:
         """A host's state, and why it runs no jobs, updated in place as the store changes."""
         style = "green" if host.state == "up" else "bold red"
         inv = host.inventory
@@ -159,7 +160,7 @@ class HostsScreen(DashScreen):
 
     @work(thread=True, exclusive=True, group="leases")
     def _load_leases(self) -> None:
-        leases = data.leases(self.feed.db_path, self.feed.run_id)
+        leases = queries.leases(self.feed.db_path, self.feed.run_id)
         self.app.call_from_thread(self._set_leases, leases)
 
     def _set_leases(self, leases: dict[tuple[str, int], dict[str, Any]]) -> None:

@@ -17,9 +17,10 @@ from textual.widgets import DataTable, DirectoryTree, Footer, Log, OptionList, S
 from textual.widgets.option_list import Option
 
 from ...engine.eventtext import gpu_use_text
-from .. import data
+from .. import queries
 from ..commands import bindings_for
-from ..data import ALL_TIERS, Changes, JobView, RunFeed
+from ..data import RunFeed
+from ..views import ALL_TIERS, Changes, JobView
 from ..widgets import (
     FollowLog,
     GLYPH,
@@ -170,7 +171,7 @@ class JobScreen(DashScreen):
         self._detail_loading = True
         self._detail_stale = False
         try:
-            detail = data.job_detail(self.feed.db_path, self.job_id)
+            detail = queries.job_detail(self.feed.db_path, self.job_id)
         finally:
             self._detail_loading = False
         self.app.call_from_thread(self._show_detail, detail)
@@ -290,7 +291,7 @@ class JobScreen(DashScreen):
 
     @work(thread=True, exclusive=True, group="raw")
     def _load_raw(self, path: str) -> None:
-        lines, offset = data.read_tail(path)
+        lines, offset = queries.read_tail(path)
         self.app.call_from_thread(self._show_raw, path, lines, offset)
 
     def _show_raw(self, path: str, lines: list[str], offset: int) -> None:
@@ -306,7 +307,7 @@ class JobScreen(DashScreen):
         job = self.job
         if self._raw_path is None or job is None or job.state not in ("running", "paused"):
             return
-        text, offset = data.read_more(self._raw_path, self._raw_offset)
+        text, offset = queries.read_more(self._raw_path, self._raw_offset)
         if text:
             self._raw_offset = offset
             self.query_one("#raw-log", Log).write(text)

@@ -17,7 +17,8 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from ...engine.wording import counted
 from ..commands import bindings_for
-from ..data import Changes, JobView, RunFeed
+from ..data import RunFeed
+from ..views import Changes, JobView
 from ..widgets import (
     FitTable,
     LEGEND_MARKUP,
