@@ -136,3 +136,26 @@ def test_the_dispatch_policy_is_pure_and_the_estimates_read_only_the_spec(graph:
 
     assert resenv_imports("resenv.engine.packing") == set()
     assert resenv_imports("resenv.engine.durations") <= {"resenv.engine.spec", "resenv.engine.outcomes"}
+
+
+def test_the_baseline_agent_imports_only_the_standard_library_its_kit_and_the_shared_judges(
+        graph: grimp.ImportGraph) -> None:
+    """The script and its kit are staged into the sandbox and run with the sandbox's python3: nothing
+    of resenv is there but the three judges' modules staged beside them."""
+    kit = {"resenv.engine.agents.baseline_kit", *graph.find_descendants("resenv.engine.agents.baseline_kit")}
+    shared = {f"resenv.probes.{name}" for name in ("buildinfo", "classifier", "localroots")}
+    for module in {"resenv.engine.agents.baseline_agent", *kit}:
+        foreign = {name for name in graph.find_modules_directly_imported_by(module)
+                   if name.split(".")[0] not in sys.stdlib_module_names and name not in kit | shared}
+        assert not foreign, f"{module} imports {sorted(foreign)}"
+    for module in shared:
+        assert {name for name in graph.find_modules_directly_imported_by(module)
+                if name.startswith("resenv.")} <= shared, module
+
+
+def test_no_source_module_exceeds_a_thousand_lines() -> None:
+    """A longer module holds more than one job: split it along its seams (ARCHITECTURE.md)."""
+    long = {str(path.relative_to(REPO_ROOT)): lines for root in ROOTS
+            for path in (REPO_ROOT / root.split(".")[1]).rglob("*.py")
+            if (lines := len(path.read_text().splitlines())) > 1000}
+    assert not long, long
