@@ -16,14 +16,14 @@ import click
 from rich.console import Console
 
 from . import __version__, eventloop
-from .controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
+from .run.controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
 from .display import NoDisplay, PlainDisplay
 from .summary import summary_lines
 from .cliload import load_for_cli
 from .paths import UnusablePath, absolute, default_data_dir, default_db, writable_dir, writable_file
 from .runs import RunPlan, create_run
 from .sandbox.isolation import IsolationUnavailable, check_available
-from .scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
+from .run.scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
 from .spec import SpecLookupError
 from .secrets import load_secrets
 from .store import DISK_ERRNOS, StoreError, StoreReader, insert_control, store_failure

@@ -2,7 +2,7 @@
 
 The plain display tails the store rather than being called from inside the engine. Every phase
 change, tier verdict, attempt end and output line is already an event the engine records, in the
-order it happens, with secrets redacted (engine/lifecycle.py `EventSink`); reading those back is one
+order it happens, with secrets redacted (engine/run/lifecycle.py `EventSink`); reading those back is one
 small reader here instead of display calls threaded through the scheduler, the attempt lifecycle
 and the tier runner, and what it prints is exactly what the store holds — what `resenv show` and
 the dashboard will read later, never something the store did not get. The price is a lag of at most
@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from .eventtext import format_event
-from .attempt import AttemptOutcome
+from .run.attempt import AttemptOutcome
 from .outcomes import state_text
 from .store import StoreError, connect
 from .summary import summary_lines

@@ -2,7 +2,7 @@
 categories are infrastructure failures.
 
 An attempt ends `done`, `cancelled` or `error` with a category (`AttemptOutcome` in
-engine/lifecycle.py). An infrastructure failure (`INFRA_CATEGORIES`: the harness, a host, a
+engine/run/lifecycle.py). An infrastructure failure (`INFRA_CATEGORIES`: the harness, a host, a
 checkout, the model's API) says nothing about the agent: the scheduler retries it
 (`defaults.retries.infra`), and a job that still ends in `error` stands outside every denominator.
 A job that ends in `error` for any other reason (a phase timeout an agent's environment can provoke,

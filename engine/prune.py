@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .hostbuild import build_hosts
-from .scheduler import engine_alive
+from .run.scheduler import engine_alive
 from .spec import benchmark_from_snapshot
 
 

@@ -31,8 +31,8 @@ from typing import Any
 
 from ..probes import rules
 from .fleet import start_fleet, stop_fleet
-from .attempt import AttemptOutcome
-from .scheduler import HEARTBEAT_S, STALE_AFTER_S, Display, Engine, EngineBusy, TierWork
+from .run.attempt import AttemptOutcome
+from .run.scheduler import HEARTBEAT_S, STALE_AFTER_S, Display, Engine, EngineBusy, TierWork
 from .scorings import Scoring, live_rescore
 from .store import StoreWriter, open_for_writing
 from .tiers import ALL_TIERS

@@ -181,7 +181,7 @@ class ResenvApp(App[Any]):
         if thread.ident is None or thread.is_alive() or self._engine_reported:
             return
         self._engine_reported = True
-        from ..engine.scheduler import EngineBusy  # loaded already: this process runs the engine
+        from ..engine.run.scheduler import EngineBusy  # loaded already: this process runs the engine
 
         if isinstance(thread.error, EngineBusy):
             self.exit()

@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # imported lazily: engine.store brings its writer's imports, 
     from ..engine.store import StoreReader
 
 
-# Mirrors resenv.engine.scheduler (STALE_AFTER_S and engine_alive), which the dashboard does not
+# Mirrors resenv.engine.run.scheduler (STALE_AFTER_S and engine_alive), which the dashboard does not
 # import: the scheduler pulls in every agent adapter and asyncssh (over a second of start-up).
 # tests/tui/test_data.py checks that both agree.
 STALE_AFTER_S = 15.0

@@ -88,7 +88,7 @@ def make_benchmark(root: Path, repos: int, agents: int) -> Path:
 
 def bare_import_rss() -> int:
     """RSS of an interpreter that imported the engine's modules and nothing else: the floor."""
-    code = ("import _perfutil as pu, resenv.engine.cli, resenv.engine.scheduler; "
+    code = ("import _perfutil as pu, resenv.engine.cli, resenv.engine.run.scheduler; "
             "print(pu.rss_bytes())")
     out = subprocess.run([sys.executable, "-c", code], cwd=pu.PERF_DIR, capture_output=True, text=True,
                          timeout=120, env={**os.environ, "PYTHONPATH": str(pu.PERF_DIR)})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from resenv.engine.durations import DurationEstimates, attempt_history, timeout_bound
+from resenv.engine.run.durations import DurationEstimates, attempt_history, timeout_bound
 from resenv.engine.spec import Timeouts
 from resenv.engine.store import connect, migrate
 

@@ -134,8 +134,8 @@ def test_the_dispatch_policy_is_pure_and_the_estimates_read_only_the_spec(graph:
     def resenv_imports(module: str) -> set[str]:
         return {name for name in graph.find_modules_directly_imported_by(module) if name.startswith("resenv.")}
 
-    assert resenv_imports("resenv.engine.packing") == set()
-    assert resenv_imports("resenv.engine.durations") <= {"resenv.engine.spec", "resenv.engine.outcomes"}
+    assert resenv_imports("resenv.engine.run.packing") == set()
+    assert resenv_imports("resenv.engine.run.durations") <= {"resenv.engine.spec", "resenv.engine.outcomes"}
 
 
 def test_the_baseline_agent_imports_only_the_standard_library_its_kit_and_the_shared_judges(

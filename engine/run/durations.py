@@ -17,8 +17,8 @@ import statistics
 from collections import defaultdict, deque
 from collections.abc import Iterable
 
-from .outcomes import INFRA_CATEGORIES
-from .spec import Timeouts
+from ..outcomes import INFRA_CATEGORIES
+from ..spec import Timeouts
 
 KEPT_PER_KEY = 9  # the newest attempts each estimate is the median of
 

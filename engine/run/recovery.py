@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .agents.transcript import unknown
+from ..agents.transcript import unknown
 from .attempt import EventSink
 from .lifecycle import log_kind
-from .output import HEAD_BYTES, TAIL_BYTES, OutputBudget, iter_lines
+from ..output import HEAD_BYTES, TAIL_BYTES, OutputBudget, iter_lines
 
 STREAMS = ("stdout", "stderr")
 

@@ -20,7 +20,7 @@ import platform
 import time
 from pathlib import Path
 
-from .paths import absolute
+from ..paths import absolute
 
 LOCK_NAME = "engine.lock"
 HOLDER_WAIT_S = 2.0  # a holder that has just taken the lock writes who it is at once

@@ -20,28 +20,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .agents import adapter_for
-from .checkout import PristineCache
+from ..agents import adapter_for
+from ..checkout import PristineCache
 from .controls import ControlApplier
 from .durations import DurationEstimates, attempt_history, timeout_bound
-from .fleet import start_fleet, stop_fleet  # SSH connections, host states, GPU telemetry
-from .hostbuild import build_hosts
-from .hosts import HostPool, Lease
+from ..fleet import start_fleet, stop_fleet  # SSH connections, host states, GPU telemetry
+from ..hostbuild import build_hosts
+from ..hosts import HostPool, Lease
 from .attempt import AttemptOutcome, EventSink, RunContext, attempt_dir
 from .lifecycle import JobAttempt
-from .output import ROW_OVERHEAD, OutputBudget, limits_of
-from .outcomes import INFRA_CATEGORIES, is_retried
+from ..output import ROW_OVERHEAD, OutputBudget, limits_of
+from ..outcomes import INFRA_CATEGORIES, is_retried
 from .packing import HostRoom, QueuedWork, RunningWork, plan
-from .paths import absolute
+from ..paths import absolute
 from .recovery import replay_attempt_logs
 from .runlock import EngineBusy, RunLock
-from .sandbox.process import kill_stale_group
-from .scorings import live_rescore
-from .secrets import scrub_attempt
-from .spec import Benchmark, benchmark_from_snapshot
-from .store import (StoreFailure, StoreWriter, connect, disk_failure, dumps, mark_interrupted, rollback_quietly,
+from ..sandbox.process import kill_stale_group
+from ..scorings import live_rescore
+from ..secrets import scrub_attempt
+from ..spec import Benchmark, benchmark_from_snapshot
+from ..store import (StoreFailure, StoreWriter, connect, disk_failure, dumps, mark_interrupted, rollback_quietly,
                     store_failure)
-from .tiers import ALL_TIERS, ENTRYPOINT_OF, GPUS_FOR
+from ..tiers import ALL_TIERS, ENTRYPOINT_OF, GPUS_FOR
 
 HEARTBEAT_S = 2.0
 CONTROL_POLL_S = 0.25

@@ -18,18 +18,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .agents import JobPaths
-from .agents.session import AgentSession  # LLM agents: usage, cost, budgets, completion
+from ..agents import JobPaths
+from ..agents.session import AgentSession  # LLM agents: usage, cost, budgets, completion
 from .attempt import AttemptError, AttemptOutcome, EventSink, RunContext, attempt_dir
-from .checkout import CheckoutError, Pristine, checkout_argv, git_fatal_line, submodules_argv
-from .hosts import Lease
-from .integrity import verify_checkout
-from .output import OutputBudget, limits_of
-from .sandbox.base import ExecResult, HostSetupError, OutputLine, Sandbox, SandboxError, is_remote
-from .sandbox.isolation import env_paths, path_exists
-from .secrets import redact_files  # agents' secrets never reach the store
-from .store import disk_failure
-from .tiers import PROBE_TIERS, TierRunner, tail_text
+from ..checkout import CheckoutError, Pristine, checkout_argv, git_fatal_line, submodules_argv
+from ..hosts import Lease
+from ..integrity import verify_checkout
+from ..output import OutputBudget, limits_of
+from ..sandbox.base import ExecResult, HostSetupError, OutputLine, Sandbox, SandboxError, is_remote
+from ..sandbox.isolation import env_paths, path_exists
+from ..secrets import redact_files  # agents' secrets never reach the store
+from ..store import disk_failure
+from ..tiers import PROBE_TIERS, TierRunner, tail_text
 
 EXCERPT_BYTES = 4096
 CONFIGURED_PHASES = frozenset({"agent", "version"})
