@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .hostbuild import build_hosts
+from .hosts.build import build_hosts
 from .run.scheduler import engine_alive
 from .spec import benchmark_from_snapshot
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..probes import rules
-from .fleet import start_fleet, stop_fleet
+from .hosts.fleet import start_fleet, stop_fleet
 from .run.attempt import AttemptOutcome
 from .run.scheduler import HEARTBEAT_S, STALE_AFTER_S, Display, Engine, EngineBusy, TierWork
 from .scorings import Scoring, live_rescore

@@ -34,7 +34,7 @@ from ..probes.mirror import Mirror, build_mirror, failed_mirror
 from ..probes.report import ReportLoad, load_report
 from .assets import AssetCache, missing_indexes, presence_script
 from .run.attempt import Attempt
-from .gpuinfo import DriverInfo, cuda_supported
+from .hosts.gpuinfo import DriverInfo, cuda_supported
 from .gpuwatch import GpuUse, watch_for
 from .integrity import HOST_PATH, exit_canary, secure
 from .sandbox.base import ExecResult, SandboxError, is_remote, shares_engine_view

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from ..agents.base import AgentAdapter, JobPaths
 from ..censuses import CensusCache
 from ..checkout import Pristine, PristineCache
-from ..hosts import Lease
+from ..hosts.pool import Lease
 from ..sandbox.base import ExecResult, OutputLine, Sandbox
 from ..secrets import redact_obj  # agents' secrets never reach the store
 from ..store import StoreWriter

@@ -22,7 +22,7 @@ from ..agents import JobPaths
 from ..agents.session import AgentSession  # LLM agents: usage, cost, budgets, completion
 from .attempt import AttemptError, AttemptOutcome, EventSink, RunContext, attempt_dir
 from ..checkout import CheckoutError, Pristine, checkout_argv, git_fatal_line, submodules_argv
-from ..hosts import Lease
+from ..hosts.pool import Lease
 from ..integrity import verify_checkout
 from ..output import OutputBudget, limits_of
 from ..sandbox.base import ExecResult, HostSetupError, OutputLine, Sandbox, SandboxError, is_remote

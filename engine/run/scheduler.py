@@ -24,9 +24,9 @@ from ..agents import adapter_for
 from ..checkout import PristineCache
 from .controls import ControlApplier
 from .durations import DurationEstimates, attempt_history, timeout_bound
-from ..fleet import start_fleet, stop_fleet  # SSH connections, host states, GPU telemetry
-from ..hostbuild import build_hosts
-from ..hosts import HostPool, Lease
+from ..hosts.fleet import start_fleet, stop_fleet  # SSH connections, host states, GPU telemetry
+from ..hosts.build import build_hosts
+from ..hosts.pool import HostPool, Lease
 from .attempt import AttemptOutcome, EventSink, RunContext, attempt_dir
 from .lifecycle import JobAttempt
 from ..output import ROW_OVERHEAD, OutputBudget, limits_of

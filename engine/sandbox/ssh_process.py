@@ -40,7 +40,7 @@ from typing import Any, BinaryIO, Protocol
 
 import asyncssh
 
-from ..remote import HostDown, SshConnection
+from ..hosts.remote import HostDown, SshConnection
 from .base import ExecResult, HostSetupError, OutputLine, SandboxError, SandboxPathError
 from .common import (
     LEFTOVER_GRACE_S,
@@ -66,7 +66,7 @@ log = logging.getLogger(__name__)
 
 
 class RemoteHost(Protocol):
-    """What a remote sandbox needs of its SSH host (`hosts_ssh.SshHost`): the connection, the process
+    """What a remote sandbox needs of its SSH host (`hosts.ssh.SshHost`): the connection, the process
     groups it must know to kill after a reconnect, and the copies it makes on the host."""
 
     name: str

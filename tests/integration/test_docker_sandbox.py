@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine.hosts import Host
+from resenv.engine.hosts.pool import Host
 from resenv.engine.sandbox.base import SandboxPathError
 from resenv.engine.sandbox.docker import LABEL_RUN, DockerSandbox, prune, reap
 from resenv.engine.spec import LocalHost

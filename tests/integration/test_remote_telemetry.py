@@ -14,8 +14,8 @@ import time
 import pytest
 
 from resenv.engine.gpuwatch import SmiWatch
-from resenv.engine.remote import SshConnection, SshTarget
-from resenv.engine.telemetry import NO_DRIVER, SMI_STREAM, SmiStreamSampler
+from resenv.engine.hosts.remote import SshConnection, SshTarget
+from resenv.engine.hosts.telemetry import NO_DRIVER, SMI_STREAM, SmiStreamSampler
 
 from ..conftest import cli_environ, rows
 from ..fakes.nvml import FakeDriverDir

@@ -12,7 +12,7 @@ import time
 
 from resenv.engine.display import NoDisplay
 from resenv.engine.run.durations import DurationEstimates
-from resenv.engine.hosts import Host, HostPool
+from resenv.engine.hosts.pool import Host, HostPool
 from resenv.engine.run.scheduler import Engine, Running
 
 BOUND_S = 8820.0  # what a job never seen before is estimated at

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine.hostbuild import build_hosts
-from resenv.engine.hosts import HostPool
-from resenv.engine.slurm.check import slurm_minutes
-from resenv.engine.slurm.client import SEP, gres_count, parse_key_values, parse_squeue, parse_squeue_json
-from resenv.engine.slurm.facts import expand_nodelist
-from resenv.engine.slurm.script import JobFiles, Resources, batch_script, command_file, sbatch_options, time_limit_minutes
-from resenv.engine.slurm.states import decode_exit, outcome_of, phase_of
+from resenv.engine.hosts.build import build_hosts
+from resenv.engine.hosts.pool import HostPool
+from resenv.engine.hosts.slurm.check import slurm_minutes
+from resenv.engine.hosts.slurm.client import SEP, gres_count, parse_key_values, parse_squeue, parse_squeue_json
+from resenv.engine.hosts.slurm.facts import expand_nodelist
+from resenv.engine.hosts.slurm.script import JobFiles, Resources, batch_script, command_file, sbatch_options, time_limit_minutes
+from resenv.engine.hosts.slurm.states import decode_exit, outcome_of, phase_of
 from resenv.engine.spec import SlurmHost, SpecError
 
 from .test_spec_hosts import load
@@ -136,7 +136,7 @@ def test_the_dashboard_shows_a_queued_command_with_its_slurm_reason():
 
 def test_the_job_completion_log_decodes_exit_codes_and_signals():
     """Real lines of slurmctld 22.05's jobcomp/filetxt log: the fallback where there is no accounting."""
-    from resenv.engine.slurm.client import find_completion, parse_config
+    from resenv.engine.hosts.slurm.client import find_completion, parse_config
 
     text = (Path(__file__).parents[1] / "fixtures" / "slurm" / "jobcomp-filetxt.txt").read_text()
     exited, killed = find_completion(text, "1"), find_completion(text, "2")

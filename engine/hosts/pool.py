@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .gpuinfo import DriverInfo, local_driver
-from .sandbox.isolation import Isolation
-from .sandbox.process import ProcessSandbox
+from ..sandbox.isolation import Isolation
+from ..sandbox.process import ProcessSandbox
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class Host:
     def sandbox(self, workdir: Path, **job: Any) -> ProcessSandbox:
         # `job` (lease, attempt, reopen) lets container sandboxes label and size themselves.
         if getattr(self, "spec", None) is not None and getattr(self.spec, "sandbox", "process") == "docker":
-            from .sandbox.docker import DockerSandbox
+            from ..sandbox.docker import DockerSandbox
 
             return DockerSandbox.for_job(self, workdir, **job)  # type: ignore[return-value]
         workdir.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """`resenv hosts check [BENCHMARK]`: every host of a benchmark, what it has and what is wrong.
 
-The facts of one host come from `hostcheck` (local and SSH hosts) or `slurm.check` (a cluster);
+The facts of one host come from `check` (local and SSH hosts) or `slurm.check` (a cluster);
 this module picks by kind and prints them, so the host kinds never depend on the command.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .hostcheck import HostFacts, local_facts, remote_facts
+from .check import HostFacts, local_facts, remote_facts
 from .slurm.check import format_slurm, slurm_host_facts
 
 
@@ -81,9 +81,9 @@ if click is not None:
         import sys
         from dataclasses import asdict
 
-        from . import eventloop
-        from .cliload import load_for_cli
-        from .paths import absolute, default_data_dir
+        from .. import eventloop
+        from ..cliload import load_for_cli
+        from ..paths import absolute, default_data_dir
 
         bench = load_for_cli(benchmark)
         unknown = [name for name in names if name not in bench.hosts]

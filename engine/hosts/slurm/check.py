@@ -40,8 +40,8 @@ def slurm_minutes(text: str | None) -> float | None:
 
 
 async def slurm_host_facts(name: str, spec: Any, data_dir: Path, longest_timeout_s: float | None = None) -> Any:
-    """A `HostFacts` for a slurm host (engine/hostcheck.py prints it)."""
-    from ..hostcheck import HostFacts
+    """A `HostFacts` for a slurm host (engine/hosts/check.py prints it)."""
+    from ..check import HostFacts
 
     facts = HostFacts(name=name, kind="slurm")
     host = build_slurm_host(name, spec, data_dir)

@@ -6,7 +6,7 @@
   never takes them: every job of the run may ask at once, and waits in Slurm's queue, not resenv's.
   ``slots`` bounds how many resenv jobs are in flight on the cluster.
 * **Reached locally or over SSH.** With ``login:`` the Slurm commands and the shared files go over
-  one SSH connection to the login node (engine/remote.py, reused as for SSH hosts); without it the
+  one SSH connection to the login node (engine/hosts/remote.py, reused as for SSH hosts); without it the
   engine runs where ``sbatch`` works.
 * **Submission without hammering the controller**: at most ``SUBMIT_CONCURRENCY`` sbatch calls at once;
   when the controller does not answer, every submitter backs off together (doubling to 30 s) and
@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ..gpuinfo import DriverInfo
-from ..hosts import Host
-from ..sandbox.base import SandboxError
+from ..pool import Host
+from ...sandbox.base import SandboxError
 from .client import ControllerUnavailable, LocalRunner, SlurmClient, SlurmError, SshRunner
 from .facts import ClusterFacts, cluster_facts
 from .files import LocalFiles, SftpFiles, SharedFiles
@@ -89,10 +89,10 @@ class SlurmHost(Host):
     def login_sandbox(self, workdir: Path) -> Any:
         """The submit side's sandbox: shared files and the quick commands (checkout, versions)."""
         if self.ssh is not None:
-            from ..sandbox.ssh_process import RemoteProcessSandbox
+            from ...sandbox.ssh_process import RemoteProcessSandbox
 
             return RemoteProcessSandbox(self.ssh, workdir)
-        from ..sandbox.process import ProcessSandbox
+        from ...sandbox.process import ProcessSandbox
 
         workdir.mkdir(parents=True, exist_ok=True)
         return ProcessSandbox(workdir)
@@ -208,7 +208,7 @@ def build_slurm_host(name: str, spec: Any, data_dir: Path | None = None) -> Slur
     ssh = None
     files: SharedFiles = LocalFiles()
     if getattr(spec, "login", None) is not None:
-        from ..hosts_ssh import SshHost
+        from ..ssh import SshHost
         from ..remote import SshConnection, SshTarget
 
         connection = SshConnection(SshTarget.from_spec(f"{name}-login", spec.login))

@@ -1,4 +1,4 @@
-"""What a host has and what is wrong with it, as `resenv hosts check` shows it (engine/hosts_cli.py).
+"""What a host has and what is wrong with it, as `resenv hosts check` shows it (engine/hosts/cli.py).
 
 One small POSIX shell script gathers the facts (OS, CPUs, GPUs, driver and CUDA version, docker,
 free disk at the data dir, the tools the sandboxes need); it runs locally for `local` hosts and over

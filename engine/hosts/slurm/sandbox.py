@@ -9,17 +9,17 @@ replaced inside the job by the ones Slurm granted). Quick bookkeeping (``checkou
 agent CLI's ``--version``) runs on the submit side instead, where the shared work dir is too: queueing
 three ``git`` commands would cost minutes on a busy cluster for nothing.
 
-Mechanics (see also engine/slurm/script.py):
+Mechanics (see also engine/hosts/slurm/script.py):
 
 * **Files** (``put``/``get``/``sync_back``/``path_status``/the pristine repo) go through the submit
   side's own sandbox: a :class:`ProcessSandbox` when the engine runs on a login node, the SSH
   :class:`RemoteProcessSandbox` when it reaches one over SSH. Paths mirror the engine's.
 * **Output** is appended by the job to the raw log paths and tailed from there into ``on_line``
   (and, over SSH, into the engine's own copy) while the job runs.
-* **State** comes from the host's one poller (engine/slurm/monitor.py); every change of a command's
+* **State** comes from the host's one poller (engine/hosts/slurm/monitor.py); every change of a command's
   job (submitted, pending with its reason, running on a node, suspended) is an event ``slurm`` of the
   attempt, which the dashboard shows. How the command ended comes from its exit status file; a job
-  that ended without one is judged by its Slurm state (engine/slurm/states.py).
+  that ended without one is judged by its Slurm state (engine/hosts/slurm/states.py).
 * **Secrets** (what remains on disk; see engine/secrets.py). Over SSH the engine's own copy of the
   output is redacted as it streams, like every sandbox's; the cluster's files keep the raw bytes. On
   a file system shared with the engine the job appends its stdout/stderr to the engine's raw log
@@ -49,8 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
-from ..sandbox.base import ExecResult, OutputLine, SandboxError
-from ..sandbox.common import (
+from ...sandbox.base import ExecResult, OutputLine, SandboxError
+from ...sandbox.common import (
     READ_CHUNK, BackgroundTasks, OutputSink, PauseClock, RunState, exec_args, log_paths, mirrored_cwd, wait_done,
 )
 from .client import ControllerUnavailable, JobInfo, SlurmClient, SlurmError

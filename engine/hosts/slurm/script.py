@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..sandbox.common import DEFAULT_PATH
+from ...sandbox.common import DEFAULT_PATH
 
 STARTED, EXIT, TIMED_OUT, SLURM_OUT, CMD, STDIN = "started", "exit", "timed_out", "slurm.out", "cmd.sh", "stdin"
 TIME_MARGIN_S = 60.0  # Slurm's limit stays this far above resenv's own
@@ -85,7 +85,7 @@ def batch_script(files: JobFiles, *, timeout_s: float | None, grace_s: float = 5
     stdin = q(str(files[STDIN])) if has_stdin else "/dev/null"
     lines = [
         "#!/bin/sh",
-        "# resenv: one sandbox command as a Slurm job (see resenv/engine/slurm/script.py)",
+        "# resenv: one sandbox command as a Slurm job (see resenv/engine/hosts/slurm/script.py)",
         f"PATH={q(DEFAULT_PATH)}; export PATH",
         f"spool={spool}",
         # started: when (the node's clock), which job, where, and the GPUs Slurm granted

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # asyncssh is imported only when a run has SSH hosts
-    from .hosts_ssh import SshHost
+    from .ssh import SshHost
 
-from .store import dumps
+from ..store import dumps
 from .telemetry import NvmlSampler, ProcessMap, SmiStreamSampler, TelemetrySink
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class Fleet:
         docker_hosts = [host for host in self.hosts if getattr(host.spec, "sandbox", "process") == "docker"]
         if not docker_hosts:
             return  # the docker SDK (and asyncssh) are needed only by runs that use them
-        from .sandbox import docker as docker_sandbox
+        from ..sandbox import docker as docker_sandbox
 
         for host in docker_hosts:
             try:

@@ -1,4 +1,4 @@
-"""SSH hosts: a `Host` whose sandboxes run over one multiplexed SSH connection (engine/remote.py).
+"""SSH hosts: a `Host` whose sandboxes run over one multiplexed SSH connection (engine/hosts/remote.py).
 
 The host is *available* to the scheduler only while its connection is up: a host that dies or is cut
 off is marked down at once (its running commands fail as infrastructure errors, their jobs are
@@ -24,12 +24,12 @@ from typing import Any
 
 import asyncssh
 
-from .checkout import COMPLETE_MARKER
+from ..checkout import COMPLETE_MARKER
 from .gpuinfo import DriverInfo
-from .hostcheck import remote_facts
-from .hosts import Host
+from .check import remote_facts
+from .pool import Host
 from .remote import HostDown, SshConnection, SshTarget
-from .sandbox.base import SandboxError
+from ..sandbox.base import SandboxError
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +65,10 @@ class SshHost(Host):
 
     def sandbox(self, workdir: Path, **job: Any) -> Any:
         if getattr(self.spec, "sandbox", "process") == "docker":
-            from .sandbox.docker import DockerSandbox, remote_docker_client
+            from ..sandbox.docker import DockerSandbox, remote_docker_client
 
             return DockerSandbox.for_job(self, workdir, client_factory=lambda: remote_docker_client(self), **job)
-        from .sandbox.ssh_process import RemoteProcessSandbox
+        from ..sandbox.ssh_process import RemoteProcessSandbox
 
         return RemoteProcessSandbox(self, workdir)
 

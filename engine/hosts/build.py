@@ -1,7 +1,7 @@
 """The hosts of a run, one per `hosts:` entry of the spec, each of its kind.
 
-Every kind of host builds on `hosts.Host`; this module is the one place that knows them all, so
-`hosts` itself stays free of SSH and Slurm and the kinds depend on it, never the other way. A kind's
+Every kind of host builds on `pool.Host`; this module is the one place that knows them all, so
+`pool` itself stays free of SSH and Slurm and the kinds depend on it, never the other way. A kind's
 module is imported only when the spec names that kind: SSH hosts bring asyncssh and its
 cryptography, which a local run never needs.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .hosts import Host, detect_local_gpus
+from .pool import Host, detect_local_gpus
 
 
 def build_hosts(host_specs: dict[str, Any]) -> list[Host]:
@@ -18,7 +18,7 @@ def build_hosts(host_specs: dict[str, Any]) -> list[Host]:
     hosts: list[Host] = []
     for name, spec in host_specs.items():
         if spec.kind == "ssh":
-            from .hosts_ssh import build_ssh_host
+            from .ssh import build_ssh_host
 
             hosts.append(build_ssh_host(name, spec))
             continue
