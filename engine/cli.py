@@ -18,7 +18,7 @@ from rich.console import Console
 from . import __version__, eventloop
 from .run.controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
 from .display import NoDisplay, PlainDisplay
-from .summary import summary_lines
+from .results.summary import summary_lines
 from .cliload import load_for_cli
 from .paths import UnusablePath, absolute, default_data_dir, default_db, writable_dir, writable_file
 from .runs import RunPlan, create_run
@@ -28,16 +28,16 @@ from .spec import SpecLookupError
 from .secrets import load_secrets
 from .store import DISK_ERRNOS, StoreError, StoreReader, insert_control, store_failure
 from .tiers import ALL_TIERS
-from .figure import FORMATS as FIGURE_FORMATS, write_pyramid_figure
-from .report_csv import TABLES, csv_table
-from .scoring import choose_scoring, render, score_run
-from .scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, not_rescored_lines
-from .scorings import header as scoring_header
-from .omitted import omitted_text
+from .results.figure import FORMATS as FIGURE_FORMATS, write_pyramid_figure
+from .results.report_csv import TABLES, csv_table
+from .results.scoring import choose_scoring, render, score_run
+from .results.scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, not_rescored_lines
+from .results.scorings import header as scoring_header
+from .results.omitted import omitted_text
 from .outcomes import errors_text
 from .wording import counted
-from .fit import Column, fitted_table
-from .views import GLYPHS, error_counts, job_rows, omitted_output, run_state
+from .results.fit import Column, fitted_table
+from .results.views import GLYPHS, error_counts, job_rows, omitted_output, run_state
 
 # Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns, unless
 # COLUMNS says how wide the reader is (rich reads it when the width is left to it).
@@ -473,8 +473,8 @@ def rescore(run_ref: str, db_path: Path | None, tiers_text: str, jobs: int | Non
     """Judge the kept post-agent state of every job of a run again, with the current rules, into a new
     scoring (`rescore N`); the agent never runs again and the run's own results stay as they were.
     Prints what changed against the original scoring, per job and tier and in pass rates per agent."""
-    from .rescore import Rescorer, RescoreRefused
-    from .scoring_diff import compare_scorings, render_json, render_text
+    from .run.rescore import Rescorer, RescoreRefused
+    from .results.scoring_diff import compare_scorings, render_json, render_text
 
     db = _db(db_path)
     reader, run_row = _open_run(db_path, run_ref)

@@ -12,7 +12,7 @@ redacted only after its command ends), an event never does.
 
 Off a terminal it prints plain lines only, no control codes; on one, a progress bar (jobs finished
 of all, jobs running now) stays under the lines. When the run ends it prints the closing summary
-(engine/summary.py), interrupted or cancelled runs included.
+(engine/results/summary.py), interrupted or cancelled runs included.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from .eventtext import format_event
+from .results.eventtext import format_event
 from .run.attempt import AttemptOutcome
 from .outcomes import state_text
 from .store import StoreError, connect
-from .summary import summary_lines
-from .views import GLYPHS, tier_glyphs, tier_log, tier_reason
+from .results.summary import summary_lines
+from .results.views import GLYPHS, tier_glyphs, tier_log, tier_reason
 from .wording import counted, duration, fold
 
 POLL_S = 0.5

@@ -28,16 +28,16 @@ from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engine.eventtext import format_event, queue_text
+from ..engine.results.eventtext import format_event, queue_text
 from ..engine.money import add as add_spend, spend, usd
 from ..engine.outcomes import errors_text
 from ..engine.runref import find_run
 from ..engine.schema import SCHEMA_VERSION
-from ..engine.scorings import SCORINGS_SCHEMA, Scoring, header as scoring_header, list_scorings, resolve_scoring
+from ..engine.results.scorings import SCORINGS_SCHEMA, Scoring, header as scoring_header, list_scorings, resolve_scoring
 from .views import ALL_TIERS, Changes, HostView, JobView, Sample
 
 if TYPE_CHECKING:  # imported lazily: engine.store brings its writer's imports, engine.scoring the probes
-    from ..engine.scoring import RunScores
+    from ..engine.results.scoring import RunScores
     from ..engine.store import StoreReader
 
 
@@ -539,9 +539,9 @@ class RunFeed:
         self.next_poll = time.monotonic() + (POLL_S if busy else IDLE_POLL_S)
 
     def compute_scores(self) -> None:
-        """The pyramid panel's numbers, from engine/scoring.py (the same numbers as `resenv report`),
+        """The pyramid panel's numbers, from engine/results/scoring.py (the same numbers as `resenv report`),
         of the scoring the jobs table shows."""
-        from ..engine.scoring import score_run
+        from ..engine.results.scoring import score_run
 
         if self.scoring_reader is None:
             self.scoring_reader = store_reader(self.db_path)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.money import spend
-from ..engine.scorings import SCORINGS_SCHEMA, header as scoring_header, resolve_scoring
+from ..engine.results.scorings import SCORINGS_SCHEMA, header as scoring_header, resolve_scoring
 from .data import Reader, attempt_scope, engine_alive, json_object
 from .views import ALL_TIERS
 

@@ -36,7 +36,7 @@ from ..paths import absolute
 from .recovery import replay_attempt_logs
 from .runlock import EngineBusy, RunLock
 from ..sandbox.process import kill_stale_group
-from ..scorings import live_rescore
+from ..results.scorings import live_rescore
 from ..secrets import scrub_attempt
 from ..spec import Benchmark, benchmark_from_snapshot
 from ..store import (StoreFailure, StoreWriter, connect, disk_failure, dumps, mark_interrupted, rollback_quietly,

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from resenv.engine import scheduler, tiers
 from resenv.tui import data, views
-from resenv.engine.eventtext import format_event, gpu_use_text
+from resenv.engine.results.eventtext import format_event, gpu_use_text
 from resenv.tui.data import JobView, RunFeed
 from resenv.tui.widgets import FixedSparkline, spark_text, tier_text
 

@@ -20,7 +20,7 @@ from rich.console import Console
 from resenv.engine.cli import main
 from resenv.engine.store import open_for_writing
 from resenv.tui import data, queries
-from resenv.engine.eventtext import format_event
+from resenv.engine.results.eventtext import format_event
 from resenv.tui.data import RunFeed
 from resenv.tui.widgets import job_cells, pyramid_panel
 

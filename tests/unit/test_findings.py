@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from resenv.engine.findings import findings_summary, job_findings
+from resenv.engine.results.findings import findings_summary, job_findings
 from resenv.engine.store import StoreReader, open_for_writing
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from resenv.engine.schema import MIGRATIONS, SCHEMA_VERSION
-from resenv.engine.scoring import latest_results, render, score_run
-from resenv.engine.scorings import (UNKNOWN_RULES, ScoringLookupError, header, list_scorings, resolve_scoring)
+from resenv.engine.results.scoring import latest_results, render, score_run
+from resenv.engine.results.scorings import (UNKNOWN_RULES, ScoringLookupError, header, list_scorings, resolve_scoring)
 from resenv.engine.store import StoreReader, _statements
 
 

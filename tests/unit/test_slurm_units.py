@@ -120,7 +120,7 @@ def test_batch_script_runs_the_command_under_its_own_timeout(tmp_path):
 
 
 def test_the_dashboard_shows_a_queued_command_with_its_slurm_reason():
-    from resenv.engine.eventtext import format_event, queue_text
+    from resenv.engine.results.eventtext import format_event, queue_text
     from resenv.tui.widgets import queue_state_text
 
     pending = {"log": "C3-9", "job_id": "4711", "state": "PENDING", "reason": "Resources", "nodes": None, "gpus": 1}

@@ -16,7 +16,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, DirectoryTree, Footer, Log, OptionList, Static, TabPane, TabbedContent
 from textual.widgets.option_list import Option
 
-from ...engine.eventtext import gpu_use_text
+from ...engine.results.eventtext import gpu_use_text
 from .. import queries
 from ..commands import bindings_for
 from ..data import RunFeed

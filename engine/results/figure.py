@@ -14,9 +14,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .outcomes import errors_text
+from ..outcomes import errors_text
 from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, _pct, c0_text, state_note, to_json
-from .wording import counted
+from ..wording import counted
 
 FORMATS = (".png", ".svg", ".pdf")
 TIER_NAMES = {"C0": "imports resolved", "C1": "CPU run", "C2": "CUDA aligned", "C3": "1 GPU", "C4": "multi-GPU"}

@@ -12,7 +12,7 @@ judged: an agent cannot leave the denominators by making its own job fail.
 Dollars are shown by engine/money.py (unknown is `—`, never `$0.00`); JSON keeps the number, null
 when unknown.
 
-Every score is of one scoring of the run (engine/scorings.py): by default the latest, and every
+Every score is of one scoring of the run (engine/results/scorings.py): by default the latest, and every
 rendering names it and its rules version, so a rescored run is never mistaken for its original.
 """
 
@@ -25,12 +25,12 @@ from typing import Any
 
 from .scorings import Scoring, list_scorings, not_rescored, not_rescored_lines, resolve_scoring
 from .scorings import header as scoring_header
-from .store import StoreReader
+from ..store import StoreReader
 from .findings import job_findings
-from .money import add, spend, usd
-from .outcomes import errors_text, is_infra
-from .tiers import ALL_TIERS
-from .run.controls import run_tiers
+from ..money import add, spend, usd
+from ..outcomes import errors_text, is_infra
+from ..tiers import ALL_TIERS
+from ..run.controls import run_tiers
 
 PYRAMID = ("C0", "C1", "C2", "C3", "C4")
 HALLUCINATION_KINDS = ("path", "version", "capability")
@@ -327,7 +327,7 @@ def repo_table(scores: RunScores) -> tuple[list[str], list[list[str]]]:
 
 
 def render(scores: RunScores, fmt: str) -> str:
-    """The report as markdown (`md`), `json` or `latex`; CSV, one table per file, is engine/report_csv.py."""
+    """The report as markdown (`md`), `json` or `latex`; CSV, one table per file, is engine/results/report_csv.py."""
     if fmt == "json":
         return json.dumps(to_json(scores), indent=2)
     tables = [("Agents", *agent_table(scores)), ("Repos", *repo_table(scores))]

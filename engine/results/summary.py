@@ -1,7 +1,7 @@
 """The closing summary of `resenv run`: how the run went, where its records are, what to type next.
 
-Every number here is read from the scores `resenv report` prints (engine/scoring.py `score_run`
-and `agent_table`) and the job rows `resenv show` prints (engine/views.py `job_rows`), never
+Every number here is read from the scores `resenv report` prints (engine/results/scoring.py `score_run`
+and `agent_table`) and the job rows `resenv show` prints (engine/results/views.py `job_rows`), never
 computed a second way: the summary of a run and its report cannot disagree. It reads the store
 after the engine has recorded the run's end, so an interrupted or cancelled run gets one too.
 """
@@ -15,13 +15,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from .run.attempt import attempt_dir
-from .outcomes import errors_text, state_text
-from .paths import absolute, default_db
+from ..run.attempt import attempt_dir
+from ..outcomes import errors_text, state_text
+from ..paths import absolute, default_db
 from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, agent_table, score_run
-from .store import StoreReader
+from ..store import StoreReader
 from .views import TIERS, job_rows
-from .wording import counted, duration, fold
+from ..wording import counted, duration, fold
 
 WIDTH = 80
 """The summary is laid out for an 80-column terminal; only a path or a command with one runs longer."""

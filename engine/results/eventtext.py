@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .money import usd
+from ..money import usd
 from .omitted import omitted_text
-from .outcomes import is_infra, state_text
-from .wording import counted
+from ..outcomes import is_infra, state_text
+from ..wording import counted
 
 
 def _short(value: Any, limit: int = 400) -> str:

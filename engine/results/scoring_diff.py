@@ -11,8 +11,8 @@ from typing import Any
 
 from .scoring import TierScore, latest_results
 from .scorings import Scoring
-from .store import StoreReader
-from .wording import counted
+from ..store import StoreReader
+from ..wording import counted
 
 
 @dataclass(frozen=True)

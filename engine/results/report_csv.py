@@ -18,9 +18,9 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
-from .outcomes import is_infra
+from ..outcomes import is_infra
 from .scoring import HALLUCINATION_KINDS, RunScores
-from .tiers import ALL_TIERS
+from ..tiers import ALL_TIERS
 
 TABLES = ("summary", "jobs", "errors", "findings")
 """The tables `--table` chooses from; `summary` (one row per agent) is the default."""

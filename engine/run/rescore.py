@@ -29,14 +29,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ..probes import rules
-from .hosts.fleet import start_fleet, stop_fleet
-from .run.attempt import AttemptOutcome
-from .run.scheduler import HEARTBEAT_S, STALE_AFTER_S, Display, Engine, EngineBusy, TierWork
-from .scorings import Scoring, live_rescore
-from .store import StoreWriter, open_for_writing
-from .tiers import ALL_TIERS
-from .wording import counted
+from ...probes import rules
+from ..hosts.fleet import start_fleet, stop_fleet
+from .attempt import AttemptOutcome
+from .scheduler import HEARTBEAT_S, STALE_AFTER_S, Display, Engine, EngineBusy, TierWork
+from ..results.scorings import Scoring, live_rescore
+from ..store import StoreWriter, open_for_writing
+from ..tiers import ALL_TIERS
+from ..wording import counted
 
 GPU_TIERS = ("C2", "C3", "C4", "C5")  # C5 reads what the frameworks saw on the leased GPUs
 
