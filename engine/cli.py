@@ -26,7 +26,7 @@ from .sandbox.isolation import IsolationUnavailable, check_available
 from .run.scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
 from .spec import SpecLookupError
 from .secrets import load_secrets
-from .store import DISK_ERRNOS, StoreError, StoreReader, insert_control, store_failure
+from .store.db import DISK_ERRNOS, StoreError, StoreReader, insert_control, store_failure
 from .tiers import ALL_TIERS
 from .results.figure import FORMATS as FIGURE_FORMATS, write_pyramid_figure
 from .results.report_csv import TABLES, csv_table
@@ -238,7 +238,7 @@ EXIT_INTERRUPTED = 130
 
 def _jobs_in_error(db: Path, run_id: str) -> tuple[int, int] | None:
     """(jobs in error, jobs) of a finished run; None when none ended in error."""
-    from .store import connect
+    from .store.db import connect
 
     conn = connect(db, readonly=True)
     try:

@@ -36,7 +36,7 @@ from rich.text import Text
 from .results.eventtext import format_event
 from .run.attempt import AttemptOutcome
 from .outcomes import state_text
-from .store import StoreError, connect
+from .store.db import StoreError, connect
 from .results.summary import summary_lines
 from .results.views import GLYPHS, tier_glyphs, tier_log, tier_reason
 from .wording import counted, duration, fold

@@ -297,7 +297,7 @@ class ResenvApp(App[Any]):
         self.push_screen(ConfirmScreen(f"{action.capitalize()} {target}?", detail, yes=action.capitalize()), answer)
 
     def _send_control(self, feed: RunFeed, action: str, job_id: int | None, tier: str | None, label: str) -> None:
-        from ..engine.store import insert_control
+        from ..engine.store.db import insert_control
 
         try:
             control_id = insert_control(self.db_path, feed.run_id, action, job_id=job_id, tier=tier, origin="tui")

@@ -32,13 +32,13 @@ from ..engine.results.eventtext import format_event, queue_text
 from ..engine.money import add as add_spend, spend, usd
 from ..engine.outcomes import errors_text
 from ..engine.runref import find_run
-from ..engine.schema import SCHEMA_VERSION
+from ..engine.store.schema import SCHEMA_VERSION
 from ..engine.results.scorings import SCORINGS_SCHEMA, Scoring, header as scoring_header, list_scorings, resolve_scoring
 from .views import ALL_TIERS, Changes, HostView, JobView, Sample
 
-if TYPE_CHECKING:  # imported lazily: engine.store brings its writer's imports, engine.scoring the probes
+if TYPE_CHECKING:  # imported lazily: engine.store.db brings its writer's imports, engine.results.scoring the probes
     from ..engine.results.scoring import RunScores
-    from ..engine.store import StoreReader
+    from ..engine.store.db import StoreReader
 
 
 # Mirrors resenv.engine.run.scheduler (STALE_AFTER_S and engine_alive), which the dashboard does not
@@ -98,8 +98,8 @@ class FeedError(Exception):
 
 
 class Reader:
-    """A read-only connection as engine.store.connect(readonly=True) opens it, without importing
-    engine.store, whose writer side (asyncio and the rest) the dashboard's start-up never needs."""
+    """A read-only connection as engine.store.db.connect(readonly=True) opens it, without importing
+    engine.store.db, whose writer side (asyncio and the rest) the dashboard's start-up never needs."""
 
     def __init__(self, path: Path) -> None:
         if not Path(path).exists():
@@ -140,7 +140,7 @@ def resolve_run(db_path: Path, ref: str | None) -> dict[str, Any]:
 
 
 def store_reader(db_path: Path) -> StoreReader:
-    from ..engine.store import StoreReader
+    from ..engine.store.db import StoreReader
 
     return StoreReader(db_path)
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # asyncssh is imported only when a run has SSH hosts
     from .ssh import SshHost
 
-from ..store import dumps
+from ..store.db import dumps
 from .telemetry import NvmlSampler, ProcessMap, SmiStreamSampler, TelemetrySink
 
 log = logging.getLogger(__name__)

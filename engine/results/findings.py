@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..store import StoreReader
+from ..store.db import StoreReader
 
 
 def job_findings(reader: StoreReader, run_id: str) -> dict[int, list[dict[str, Any]]]:

@@ -25,7 +25,7 @@ from typing import Any
 
 from .scorings import Scoring, list_scorings, not_rescored, not_rescored_lines, resolve_scoring
 from .scorings import header as scoring_header
-from ..store import StoreReader
+from ..store.db import StoreReader
 from .findings import job_findings
 from ..money import add, spend, usd
 from ..outcomes import errors_text, is_infra

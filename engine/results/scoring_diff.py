@@ -11,7 +11,7 @@ from typing import Any
 
 from .scoring import TierScore, latest_results
 from .scorings import Scoring
-from ..store import StoreReader
+from ..store.db import StoreReader
 from ..wording import counted
 
 

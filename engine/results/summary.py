@@ -19,7 +19,7 @@ from ..run.attempt import attempt_dir
 from ..outcomes import errors_text, state_text
 from ..paths import absolute, default_db
 from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, agent_table, score_run
-from ..store import StoreReader
+from ..store.db import StoreReader
 from .views import TIERS, job_rows
 from ..wording import counted, duration, fold
 

@@ -12,7 +12,7 @@ from .findings import findings_summary, job_findings
 from ..money import spend, usd
 from ..outcomes import is_infra, state_text
 from ..run.scheduler import engine_alive
-from ..store import StoreReader
+from ..store.db import StoreReader
 
 TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
 GLYPHS = {"pass": "✓", "fail": "✗", "skip": "–", "error": "!", None: "·"}

@@ -19,7 +19,7 @@ from ..checkout import Pristine, PristineCache
 from ..hosts.pool import Lease
 from ..sandbox.base import ExecResult, OutputLine, Sandbox
 from ..secrets import redact_obj  # agents' secrets never reach the store
-from ..store import StoreWriter
+from ..store.db import StoreWriter
 
 
 class AttemptError(Exception):

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..store import StoreWriter, open_for_writing
+from ..store.db import StoreWriter, open_for_writing
 
 TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
 RUN_ACTIONS = {"pause", "resume", "cancel"}

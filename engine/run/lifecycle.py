@@ -28,7 +28,7 @@ from ..output import OutputBudget, limits_of
 from ..sandbox.base import ExecResult, HostSetupError, OutputLine, Sandbox, SandboxError, is_remote
 from ..sandbox.isolation import env_paths, path_exists
 from ..secrets import redact_files  # agents' secrets never reach the store
-from ..store import disk_failure
+from ..store.db import disk_failure
 from ..tiers import PROBE_TIERS, TierRunner, tail_text
 
 EXCERPT_BYTES = 4096

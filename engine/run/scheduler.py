@@ -39,7 +39,7 @@ from ..sandbox.process import kill_stale_group
 from ..results.scorings import live_rescore
 from ..secrets import scrub_attempt
 from ..spec import Benchmark, benchmark_from_snapshot
-from ..store import (StoreFailure, StoreWriter, connect, disk_failure, dumps, mark_interrupted, rollback_quietly,
+from ..store.db import (StoreFailure, StoreWriter, connect, disk_failure, dumps, mark_interrupted, rollback_quietly,
                     store_failure)
 from ..tiers import ALL_TIERS, ENTRYPOINT_OF, GPUS_FOR
 

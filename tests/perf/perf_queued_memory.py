@@ -164,7 +164,7 @@ def measure(root: Path, repos: int, agents: int, jobs: int, hold: float, tracema
                     if now - queued_since >= hold:
                         if cpu_at_queued is not None:
                             cpu_while_queued = (cpu_seconds(proc.pid) - cpu_at_queued) / (now - queued_since)
-                        from resenv.engine.store import StoreReader, insert_control
+                        from resenv.engine.store.db import StoreReader, insert_control
 
                         reader = StoreReader(db)
                         run_id = reader.resolve_run("latest")["id"]

@@ -19,7 +19,7 @@ from statistics import median
 
 from _perfutil import write_result
 
-from resenv.engine.store import open_for_writing
+from resenv.engine.store.db import open_for_writing
 
 JOBS_PER_AGENT, AGENTS = 1_000, 10
 STATUSES = ["pass", "pass", "pass", "fail", "skip", "error"]

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from rich.text import Text
 
-from resenv.engine import scheduler, tiers
+from resenv.engine import tiers
+from resenv.engine.run import scheduler
 from resenv.tui import data, views
 from resenv.engine.results.eventtext import format_event, gpu_use_text
 from resenv.tui.data import JobView, RunFeed

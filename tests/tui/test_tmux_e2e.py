@@ -152,7 +152,7 @@ def test_resenv_run_opens_the_dashboard_and_quitting_stops_the_run_for_resume(tm
         assert ": interrupted" in screen
     finally:
         tmux.close()
-    from resenv.engine.store import StoreReader
+    from resenv.engine.store.db import StoreReader
 
     reader = StoreReader(tmp_path / "store.db")
     try:

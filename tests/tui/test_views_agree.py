@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from resenv.engine.cli import main
-from resenv.engine.store import open_for_writing
+from resenv.engine.store.db import open_for_writing
 from resenv.tui import data, queries
 from resenv.engine.results.eventtext import format_event
 from resenv.tui.data import RunFeed

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine.schema import MIGRATIONS, SCHEMA_VERSION
+from resenv.engine.store.schema import MIGRATIONS, SCHEMA_VERSION
 from resenv.engine.results.scoring import latest_results, render, score_run
 from resenv.engine.results.scorings import (UNKNOWN_RULES, ScoringLookupError, header, list_scorings, resolve_scoring)
-from resenv.engine.store import StoreReader, _statements
+from resenv.engine.store.db import StoreReader, _statements
 
 
 def v3_store(path: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine.store import StoreWriter
+from resenv.engine.store.db import StoreWriter
 from resenv.engine.hosts.telemetry import (
     NO_DRIVER, NvmlSampler, ProcessMap, SmiStreamParser, TelemetrySink, parse_smi_line,
 )

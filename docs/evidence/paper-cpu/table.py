@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from resenv.engine.results.scoring import choose_scoring
-from resenv.engine.store import StoreReader
+from resenv.engine.store.db import StoreReader
 from resenv.engine.results.views import job_rows
 
 HERE = Path(__file__).resolve().parent

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 
-from .paths import blocking_file
-from .runref import find_run
+from ..paths import blocking_file
+from ..runref import find_run
 from .schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_MS = 10_000
