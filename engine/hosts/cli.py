@@ -82,7 +82,7 @@ if click is not None:
         from dataclasses import asdict
 
         from .. import eventloop
-        from ..cliload import load_for_cli
+        from ..cli.load import load_for_cli
         from ..paths import absolute, default_data_dir
 
         bench = load_for_cli(benchmark)

@@ -17,7 +17,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from resenv.engine import tiers
-from resenv.engine.cli import main
+from resenv.engine.cli.main import main
 from resenv.probes import rules
 from resenv.probes.classifier import Classification
 

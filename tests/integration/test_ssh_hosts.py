@@ -25,7 +25,7 @@ from ..sshd_rig import NetLab, make_sshd, netns_available, sshd_available
 pytestmark = [pytest.mark.skipif(not sshd_available(), reason="needs root and openssh-server"),
               pytest.mark.timeout(240)]
 
-RESENV = [sys.executable, "-m", "resenv.engine.cli"]
+RESENV = [sys.executable, "-m", "resenv.engine.cli.main"]
 MAIN = "import sys\nprint('main ran on', sys.executable)\n"
 
 AGENT = """\

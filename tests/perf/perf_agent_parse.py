@@ -214,7 +214,7 @@ def ingest(args: argparse.Namespace) -> dict[str, Any]:
         env = {**os.environ, "RESENV_DB": str(tmp / "store.db"), "RESENV_DATA_DIR": str(tmp / "data")}
         if pu.SOURCE_TREE:
             env["RESENV_PERF_SRC"] = pu.SOURCE_TREE
-        argv = [sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--tiers", "none", "--display", "none"]
+        argv = [sys.executable, "-m", "resenv.engine.cli.main", "run", str(bench), "--tiers", "none", "--display", "none"]
         started = time.monotonic()
         proc = subprocess.Popen(argv, env=env, cwd=tmp)
         samples = []

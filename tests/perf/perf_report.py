@@ -78,7 +78,7 @@ def main() -> None:
             times = []
             for _ in range(5):
                 begin = time.perf_counter()
-                out = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "report", "big", "--db", str(db),
+                out = subprocess.run([sys.executable, "-m", "resenv.engine.cli.main", "report", "big", "--db", str(db),
                                       "--format", fmt], capture_output=True, text=True)
                 times.append(time.perf_counter() - begin)
                 assert out.returncode == 0, out.stderr

@@ -34,7 +34,7 @@ def command(name: str) -> list[str]:
     script = BIN / name
     if script.exists():
         return [str(script)]
-    module = {"resenv-tui": "resenv.tui", "resenv": "resenv.engine.cli"}[name]
+    module = {"resenv-tui": "resenv.tui", "resenv": "resenv.engine.cli.main"}[name]
     return [sys.executable, "-m", module]
 
 

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from resenv.engine.cli import main
+from resenv.engine.cli.main import main
 from resenv.engine.store.db import open_for_writing
 from resenv.tui import data, queries
 from resenv.engine.results.eventtext import format_event

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import time
 
-from resenv.engine.display import NoDisplay
+from resenv.engine.cli.display import NoDisplay
 from resenv.engine.run.durations import DurationEstimates
 from resenv.engine.hosts.pool import Host, HostPool
 from resenv.engine.run.scheduler import Engine, Running

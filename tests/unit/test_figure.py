@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from resenv.engine.cli import main
+from resenv.engine.cli.main import main
 from resenv.engine.results.figure import figure_data
 from resenv.engine.outcomes import errors_text
 from resenv.engine.results.scoring import PYRAMID, score_run

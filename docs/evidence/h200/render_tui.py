@@ -16,7 +16,7 @@ from resenv.tui.dashboard import ResenvApp
 
 out = Path(sys.argv[1])
 db = Path(os.environ["RESENV_HOME"]) / "resenv.db"
-engine = subprocess.Popen([sys.executable, "-m", "resenv.engine.cli", "run", "benchmark.yaml", "--agent", "preinstalled",
+engine = subprocess.Popen([sys.executable, "-m", "resenv.engine.cli.main", "run", "benchmark.yaml", "--agent", "preinstalled",
                            "--repo", "gpu-load", "--display", "none", "--name", "gpu-load-live"])
 
 

@@ -33,13 +33,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from .results.eventtext import format_event
-from .run.attempt import AttemptOutcome
-from .outcomes import state_text
-from .store.db import StoreError, connect
-from .results.summary import summary_lines
-from .results.views import GLYPHS, tier_glyphs, tier_log, tier_reason
-from .wording import counted, duration, fold
+from ..results.eventtext import format_event
+from ..run.attempt import AttemptOutcome
+from ..outcomes import state_text
+from ..store.db import StoreError, connect
+from ..results.summary import summary_lines
+from ..results.views import GLYPHS, tier_glyphs, tier_log, tier_reason
+from ..wording import counted, duration, fold
 
 POLL_S = 0.5
 """How often the display reads what the engine has committed."""

@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .hosts.build import build_hosts
-from .run.scheduler import engine_alive
-from .spec import benchmark_from_snapshot
+from ..hosts.build import build_hosts
+from ..run.scheduler import engine_alive
+from ..spec import benchmark_from_snapshot
 
 
 class PruneRefused(Exception):
@@ -30,7 +30,7 @@ async def prune_run(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
     bench = benchmark_from_snapshot(json.loads(run["spec_json"]), Path(run["base_dir"]))
     hosts = [host for host in build_hosts({name: bench.host(name) for name in options["hosts"]})
              if getattr(host.spec, "sandbox", "process") == "docker"]
-    from .sandbox import docker as docker_sandbox
+    from ..sandbox import docker as docker_sandbox
 
     results: dict[str, dict[str, Any]] = {}
     for host in hosts:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .spec import Benchmark, SpecError, format_issues, load_benchmark
+from ..spec import Benchmark, SpecError, format_issues, load_benchmark
 
 
 def load_for_cli(path: Path) -> Benchmark:

@@ -25,16 +25,16 @@ from typing import Any
 
 import click
 
-from . import __version__, eventloop
-from .assets import (
+from .. import __version__, eventloop
+from ..assets import (
     AssetCache, AssetError, Say, describe, fetch, human_size, missing_indexes, presence_script, redact_text, select_files,
     unique_assets,
 )
-from .cliload import load_for_cli
-from .paths import UnusablePath, absolute, default_data_dir, writable_dir
-from .sandbox.base import SandboxError
-from .spec import Asset, Benchmark, SpecLookupError
-from .wording import counted
+from .load import load_for_cli
+from ..paths import UnusablePath, absolute, default_data_dir, writable_dir
+from ..sandbox.base import SandboxError
+from ..spec import Asset, Benchmark, SpecLookupError
+from ..wording import counted
 
 
 @click.group("assets")
@@ -129,8 +129,8 @@ def fetch_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], ho
 
 async def _copy_to_host(name: str, spec: Any, cache: AssetCache, assets: list[Asset], say: Say) -> int:
     """Copy the engine's verified copies that `name` lacks; returns how many are still missing there."""
-    from .hosts.ssh import build_ssh_host
-    from .hosts.remote import HostDown
+    from ..hosts.ssh import build_ssh_host
+    from ..hosts.remote import HostDown
 
     host = build_ssh_host(name, spec)
     missing = 0
@@ -197,7 +197,7 @@ def status_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], h
                                  "sandbox": getattr(spec, "sandbox", "process")}
         there: list[bool | None] = list(local)
         if _needs_host_copy(spec):
-            from .hosts.remote import HostDown
+            from ..hosts.remote import HostDown
 
             try:
                 there = list(eventloop.run(_remote_status(name, spec, cache, assets)))
@@ -242,7 +242,7 @@ def _print_status(suite_name: str, cache: AssetCache, assets: list[Asset], repor
 
 
 async def _remote_status(name: str, spec: Any, cache: AssetCache, assets: list[Asset]) -> list[bool]:
-    from .hosts.ssh import build_ssh_host
+    from ..hosts.ssh import build_ssh_host
 
     host = build_ssh_host(name, spec)
     try:

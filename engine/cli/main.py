@@ -15,29 +15,29 @@ from typing import Any
 import click
 from rich.console import Console
 
-from . import __version__, eventloop
-from .run.controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
+from .. import __version__, eventloop
+from ..run.controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
 from .display import NoDisplay, PlainDisplay
-from .results.summary import summary_lines
-from .cliload import load_for_cli
-from .paths import UnusablePath, absolute, default_data_dir, default_db, writable_dir, writable_file
-from .runs import RunPlan, create_run
-from .sandbox.isolation import IsolationUnavailable, check_available
-from .run.scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
-from .spec import SpecLookupError
-from .secrets import load_secrets
-from .store.db import DISK_ERRNOS, StoreError, StoreReader, insert_control, store_failure
-from .tiers import ALL_TIERS
-from .results.figure import FORMATS as FIGURE_FORMATS, write_pyramid_figure
-from .results.report_csv import TABLES, csv_table
-from .results.scoring import choose_scoring, render, score_run
-from .results.scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, not_rescored_lines
-from .results.scorings import header as scoring_header
-from .results.omitted import omitted_text
-from .outcomes import errors_text
-from .wording import counted
-from .results.fit import Column, fitted_table
-from .results.views import GLYPHS, error_counts, job_rows, omitted_output, run_state
+from ..results.summary import summary_lines
+from .load import load_for_cli
+from ..paths import UnusablePath, absolute, default_data_dir, default_db, writable_dir, writable_file
+from ..runs import RunPlan, create_run
+from ..sandbox.isolation import IsolationUnavailable, check_available
+from ..run.scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
+from ..spec import SpecLookupError
+from ..secrets import load_secrets
+from ..store.db import DISK_ERRNOS, StoreError, StoreReader, insert_control, store_failure
+from ..tiers import ALL_TIERS
+from ..results.figure import FORMATS as FIGURE_FORMATS, write_pyramid_figure
+from ..results.report_csv import TABLES, csv_table
+from ..results.scoring import choose_scoring, render, score_run
+from ..results.scorings import Scoring, ScoringLookupError, live_rescore, not_rescored, not_rescored_lines
+from ..results.scorings import header as scoring_header
+from ..results.omitted import omitted_text
+from ..outcomes import errors_text
+from ..wording import counted
+from ..results.fit import Column, fitted_table
+from ..results.views import GLYPHS, error_counts, job_rows, omitted_output, run_state
 
 # Off a terminal (pipes, CI logs) tables keep whole ids rather than wrapping at 80 columns, unless
 # COLUMNS says how wide the reader is (rich reads it when the width is left to it).
@@ -184,8 +184,8 @@ def run(
         )
         data_root = absolute(data_dir) if data_dir else default_data_dir()
         if dry_run:
-            from .assets import AssetCache
-            from .dryrun import plan_jobs, render_plan
+            from ..assets import AssetCache
+            from ..dryrun import plan_jobs, render_plan
             try:
                 planned = plan_jobs(bench, plan, AssetCache.under(data_root))
             except SpecLookupError as error:
@@ -206,7 +206,7 @@ def run(
         display = "tui" if sys.stdout.isatty() and sys.stdin.isatty() else "plain"
     try:
         if display == "tui":
-            from ..tui.app import run_with_engine  # Textual loads only when the dashboard is wanted
+            from ...tui.app import run_with_engine  # Textual loads only when the dashboard is wanted
 
             state = run_with_engine(db, run_id, jobs_limit=jobs)
             if state is not None:  # the dashboard is gone: the run's result stays on the terminal
@@ -238,7 +238,7 @@ EXIT_INTERRUPTED = 130
 
 def _jobs_in_error(db: Path, run_id: str) -> tuple[int, int] | None:
     """(jobs in error, jobs) of a finished run; None when none ended in error."""
-    from .store.db import connect
+    from ..store.db import connect
 
     conn = connect(db, readonly=True)
     try:
@@ -473,8 +473,8 @@ def rescore(run_ref: str, db_path: Path | None, tiers_text: str, jobs: int | Non
     """Judge the kept post-agent state of every job of a run again, with the current rules, into a new
     scoring (`rescore N`); the agent never runs again and the run's own results stay as they were.
     Prints what changed against the original scoring, per job and tier and in pass rates per agent."""
-    from .run.rescore import Rescorer, RescoreRefused
-    from .results.scoring_diff import compare_scorings, render_json, render_text
+    from ..run.rescore import Rescorer, RescoreRefused
+    from ..results.scoring_diff import compare_scorings, render_json, render_text
 
     db = _db(db_path)
     reader, run_row = _open_run(db_path, run_ref)
@@ -612,12 +612,12 @@ def prune(run_ref: str, db_path: Path | None) -> None:
 
 
 # `resenv hosts check [BENCHMARK]`: reach each host and report what it offers
-from .hosts.cli import hosts_group  # noqa: E402
+from ..hosts.cli import hosts_group  # noqa: E402
 
 main.add_command(hosts_group)
 
 # `resenv assets fetch|status|pin`: fill and inspect the per-host asset cache before scoring
-from .assets_cli import assets_group  # noqa: E402
+from .assets import assets_group  # noqa: E402
 
 main.add_command(assets_group)
 
