@@ -361,7 +361,7 @@ class SmiWatch:
 
     async def start(self) -> None:
         """Learn the leased GPUs' UUIDs (the process query names GPUs by UUID), then start sampling."""
-        from .hosts.remote import HostDown
+        from .sandbox.remote import HostDown
 
         try:
             result = await self.connection.run(UUID_QUERY, timeout=REMOTE_QUERY_TIMEOUT_S, control=True)
@@ -397,7 +397,7 @@ class SmiWatch:
         return self.use
 
     async def _loop(self) -> None:
-        from .hosts.remote import HostDown
+        from .sandbox.remote import HostDown
 
         loop = asyncio.get_running_loop()
         while True:

@@ -28,7 +28,7 @@ from ..probes.integrity import (
 )
 from ..probes.kit import hookscan, script_source, treescan
 from ..probes.outcome import canary_problem, canary_source
-from .run.attempt import Attempt
+from .attempt import Attempt
 from .checkout import CheckoutError, Manifest, Pristine, blob_bytes
 from .sandbox.base import SandboxError, engine_sees_work_dir, shares_engine_view
 from .wording import counted

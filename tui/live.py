@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.wording import counted
 
 if TYPE_CHECKING:
-    from ..engine.run.attempt import AttemptOutcome
+    from ..engine.attempt import AttemptOutcome
 
 
 class QueueDisplay:

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ...probes.capture import read_head
-from ..run.attempt import Attempt, AttemptError
+from ..attempt import Attempt, AttemptError
 from ..sandbox.base import ExecResult, OutputLine
 from ..secrets import registry
 from .api_errors import describe, hopeless

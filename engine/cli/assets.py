@@ -130,7 +130,7 @@ def fetch_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], ho
 async def _copy_to_host(name: str, spec: Any, cache: AssetCache, assets: list[Asset], say: Say) -> int:
     """Copy the engine's verified copies that `name` lacks; returns how many are still missing there."""
     from ..hosts.ssh import build_ssh_host
-    from ..hosts.remote import HostDown
+    from ..sandbox.remote import HostDown
 
     host = build_ssh_host(name, spec)
     missing = 0
@@ -197,7 +197,7 @@ def status_command(benchmark: Path, suite: str | None, repos: tuple[str, ...], h
                                  "sandbox": getattr(spec, "sandbox", "process")}
         there: list[bool | None] = list(local)
         if _needs_host_copy(spec):
-            from ..hosts.remote import HostDown
+            from ..sandbox.remote import HostDown
 
             try:
                 there = list(eventloop.run(_remote_status(name, spec, cache, assets)))

@@ -34,7 +34,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from ..results.eventtext import format_event
-from ..run.attempt import AttemptOutcome
+from ..attempt import AttemptOutcome
 from ..outcomes import state_text
 from ..store.db import StoreError, connect
 from ..results.summary import summary_lines

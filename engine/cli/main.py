@@ -612,7 +612,7 @@ def prune(run_ref: str, db_path: Path | None) -> None:
 
 
 # `resenv hosts check [BENCHMARK]`: reach each host and report what it offers
-from ..hosts.cli import hosts_group  # noqa: E402
+from .hosts import hosts_group  # noqa: E402
 
 main.add_command(hosts_group)
 

@@ -1,4 +1,4 @@
-"""What a host has and what is wrong with it, as `resenv hosts check` shows it (engine/hosts/cli.py).
+"""What a host has and what is wrong with it, as `resenv hosts check` shows it (engine/cli/hosts.py).
 
 One small POSIX shell script gathers the facts (OS, CPUs, GPUs, driver and CUDA version, docker,
 free disk at the data dir, the tools the sandboxes need); it runs locally for `local` hosts and over
@@ -202,7 +202,7 @@ async def local_facts(name: str, spec: Any, data_dir: Path) -> HostFacts:
 
 
 async def remote_facts(connection: Any, spec: Any, data_dir: Path) -> HostFacts:
-    from .remote import HostDown, round_trip
+    from ..sandbox.remote import HostDown, round_trip
 
     name = connection.target.name
     image = getattr(spec, "image", None) if getattr(spec, "sandbox", "process") == "docker" else ""

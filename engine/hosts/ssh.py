@@ -1,4 +1,4 @@
-"""SSH hosts: a `Host` whose sandboxes run over one multiplexed SSH connection (engine/hosts/remote.py).
+"""SSH hosts: a `Host` whose sandboxes run over one multiplexed SSH connection (engine/sandbox/remote.py).
 
 The host is *available* to the scheduler only while its connection is up: a host that dies or is cut
 off is marked down at once (its running commands fail as infrastructure errors, their jobs are
@@ -28,7 +28,7 @@ from ..checkout import COMPLETE_MARKER
 from .gpuinfo import DriverInfo
 from .check import remote_facts
 from .pool import Host
-from .remote import HostDown, SshConnection, SshTarget
+from ..sandbox.remote import HostDown, SshConnection, SshTarget
 from ..sandbox.base import SandboxError
 
 log = logging.getLogger(__name__)

@@ -442,7 +442,7 @@ class SmiStreamSampler:
 
     async def _processes_loop(self) -> None:
         """GPU processes every few seconds in one short round trip, mapped to jobs by their host facts."""
-        from .remote import HostDown
+        from ..sandbox.remote import HostDown
 
         while True:
             await asyncio.sleep(self.process_interval_s)
@@ -467,7 +467,7 @@ class SmiStreamSampler:
         """Run the stream until it ends; True if it delivered samples."""
         import asyncssh
 
-        from .remote import HostDown
+        from ..sandbox.remote import HostDown
 
         parser = SmiStreamParser(self.host)
         delivered = False

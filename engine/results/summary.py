@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ..run.attempt import attempt_dir
+from ..attempt import attempt_dir
 from ..outcomes import errors_text, state_text
 from ..paths import absolute, default_db
 from .scoring import HALLUCINATION_KINDS, PYRAMID, RunScores, agent_table, score_run

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..agents import JobPaths
 from ..agents.session import AgentSession  # LLM agents: usage, cost, budgets, completion
-from .attempt import AttemptError, AttemptOutcome, EventSink, RunContext, attempt_dir
+from ..attempt import AttemptError, AttemptOutcome, EventSink, RunContext, attempt_dir
 from ..checkout import CheckoutError, Pristine, checkout_argv, git_fatal_line, submodules_argv
 from ..hosts.pool import Lease
 from ..integrity import verify_checkout

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..agents.transcript import unknown
-from .attempt import EventSink
+from ..attempt import EventSink
 from .lifecycle import log_kind
 from ..output import HEAD_BYTES, TAIL_BYTES, OutputBudget, iter_lines
 

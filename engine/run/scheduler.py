@@ -27,7 +27,7 @@ from .durations import DurationEstimates, attempt_history, timeout_bound
 from ..hosts.fleet import start_fleet, stop_fleet  # SSH connections, host states, GPU telemetry
 from ..hosts.build import build_hosts
 from ..hosts.pool import HostPool, Lease
-from .attempt import AttemptOutcome, EventSink, RunContext, attempt_dir
+from ..attempt import AttemptOutcome, EventSink, RunContext, attempt_dir
 from .lifecycle import JobAttempt
 from ..output import ROW_OVERHEAD, OutputBudget, limits_of
 from ..outcomes import INFRA_CATEGORIES, is_retried

@@ -40,7 +40,7 @@ from typing import Any, BinaryIO, Protocol
 
 import asyncssh
 
-from ..hosts.remote import HostDown, SshConnection
+from .remote import HostDown, SshConnection
 from .base import ExecResult, HostSetupError, OutputLine, SandboxError, SandboxPathError
 from .common import (
     LEFTOVER_GRACE_S,

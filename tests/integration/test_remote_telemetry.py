@@ -14,7 +14,7 @@ import time
 import pytest
 
 from resenv.engine.gpuwatch import SmiWatch
-from resenv.engine.hosts.remote import SshConnection, SshTarget
+from resenv.engine.sandbox.remote import SshConnection, SshTarget
 from resenv.engine.hosts.telemetry import NO_DRIVER, SMI_STREAM, SmiStreamSampler
 
 from ..conftest import cli_environ, rows

@@ -255,7 +255,7 @@ async def test_execs_beyond_max_sessions_wait_for_a_channel_and_all_succeed(tmp_
 
 
 async def test_a_lost_connection_marks_the_host_down_and_the_monitor_brings_it_back(tmp_path):
-    from resenv.engine.hosts.remote import SshConnection, SshTarget
+    from resenv.engine.sandbox.remote import SshConnection, SshTarget
 
     server = make_sshd(tmp_path / "sshd")
     states = []

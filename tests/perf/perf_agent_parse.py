@@ -89,7 +89,7 @@ class NullWriter:
 def session_for(kind: str, tmp: Path):
     from resenv.engine.agents import adapter_for
     from resenv.engine.agents.session import AgentSession
-    from resenv.engine.run.attempt import EventSink
+    from resenv.engine.attempt import EventSink
     from resenv.engine.spec import loads_benchmark
 
     agent = {"claude-code": "{kind: claude-code, model: claude-sonnet-4-5}", "codex": "{kind: codex, model: gpt-5-codex}",

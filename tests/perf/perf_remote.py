@@ -31,7 +31,7 @@ from pathlib import Path
 
 from _perfutil import summary, verdict, write_result  # sets up sys.path for resenv and tests
 
-from resenv.engine.hosts.remote import SshConnection, SshTarget
+from resenv.engine.sandbox.remote import SshConnection, SshTarget
 from resenv.engine.store.db import StoreWriter
 from resenv.engine.hosts.telemetry import SMI_STREAM, ProcessMap, SmiStreamSampler, TelemetrySink
 from tests.sshd_rig import make_sshd, standin_bin

@@ -4,7 +4,7 @@ resenv talks to a cluster only through the CLI every Slurm site has (``sbatch``,
 ``scontrol``, ``scancel``, ``sacct``, ``sinfo``), never through slurmrestd, which few labs run.
 
 * **Runners**: :class:`LocalRunner` runs the tools as subprocesses; :class:`SshRunner` runs them over
-  the login node's one multiplexed SSH connection (engine/hosts/remote.py). Both add ``SLURM_CONF`` when the
+  the login node's one multiplexed SSH connection (engine/sandbox/remote.py). Both add ``SLURM_CONF`` when the
   host names one and nothing else of the engine's environment (API keys stay home).
 * **The controller's bad moments are not errors of the job.** ``Unable to contact slurm controller``,
   socket time-outs and the like raise :class:`ControllerUnavailable`; callers retry with backoff.
@@ -118,7 +118,7 @@ async def _reap(proc: asyncio.subprocess.Process) -> None:
 
 
 class SshRunner:
-    """The Slurm tools of a login node, over its SSH connection (engine/hosts/remote.py)."""
+    """The Slurm tools of a login node, over its SSH connection (engine/sandbox/remote.py)."""
 
     def __init__(self, connection: Any, env: Mapping[str, str] | None = None) -> None:
         self.connection = connection
@@ -126,7 +126,7 @@ class SshRunner:
         self.where = f"{connection.target.address}:{connection.target.port}"
 
     async def __call__(self, argv: list[str], *, input: bytes | None = None, timeout: float = 60.0) -> Completed:
-        from ..remote import HostDown
+        from ...sandbox.remote import HostDown
 
         words = ["env", *(f"{k}={v}" for k, v in self.env.items()), *argv] if self.env else argv
         try:

@@ -6,7 +6,7 @@
   never takes them: every job of the run may ask at once, and waits in Slurm's queue, not resenv's.
   ``slots`` bounds how many resenv jobs are in flight on the cluster.
 * **Reached locally or over SSH.** With ``login:`` the Slurm commands and the shared files go over
-  one SSH connection to the login node (engine/hosts/remote.py, reused as for SSH hosts); without it the
+  one SSH connection to the login node (engine/sandbox/remote.py, reused as for SSH hosts); without it the
   engine runs where ``sbatch`` works.
 * **Submission without hammering the controller**: at most ``SUBMIT_CONCURRENCY`` sbatch calls at once;
   when the controller does not answer, every submitter backs off together (doubling to 30 s) and
@@ -209,7 +209,7 @@ def build_slurm_host(name: str, spec: Any, data_dir: Path | None = None) -> Slur
     files: SharedFiles = LocalFiles()
     if getattr(spec, "login", None) is not None:
         from ..ssh import SshHost
-        from ..remote import SshConnection, SshTarget
+        from ...sandbox.remote import SshConnection, SshTarget
 
         connection = SshConnection(SshTarget.from_spec(f"{name}-login", spec.login))
         connection.state, connection.reason = "down", "not connected yet"

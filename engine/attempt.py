@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..agents.base import AgentAdapter, JobPaths
-from ..censuses import CensusCache
-from ..checkout import Pristine, PristineCache
-from ..hosts.pool import Lease
-from ..sandbox.base import ExecResult, OutputLine, Sandbox
-from ..secrets import redact_obj  # agents' secrets never reach the store
-from ..store.db import StoreWriter
+from .agents.base import AgentAdapter, JobPaths
+from .censuses import CensusCache
+from .checkout import Pristine, PristineCache
+from .hosts.pool import Lease
+from .sandbox.base import ExecResult, OutputLine, Sandbox
+from .secrets import redact_obj  # agents' secrets never reach the store
+from .store.db import StoreWriter
 
 
 class AttemptError(Exception):

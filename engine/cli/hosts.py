@@ -1,6 +1,6 @@
 """`resenv hosts check [BENCHMARK]`: every host of a benchmark, what it has and what is wrong.
 
-The facts of one host come from `check` (local and SSH hosts) or `slurm.check` (a cluster);
+The facts of one host come from `hosts.check` (local and SSH hosts) or `hosts.slurm.check` (a cluster);
 this module picks by kind and prints them, so the host kinds never depend on the command.
 """
 
@@ -9,12 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .check import HostFacts, local_facts, remote_facts
-from .slurm.check import format_slurm, slurm_host_facts
+from ..hosts.check import HostFacts, local_facts, remote_facts
+from ..hosts.slurm.check import format_slurm, slurm_host_facts
 
 
 async def check_hosts(bench: Any, data_dir: Path, names: list[str] | None = None) -> list[HostFacts]:
-    from .remote import SshConnection, SshTarget  # asyncssh: only when a check is asked for
+    from ..sandbox.remote import SshConnection, SshTarget  # asyncssh: only when a check is asked for
 
     results = []
     for name, spec in bench.hosts.items():
@@ -82,7 +82,7 @@ if click is not None:
         from dataclasses import asdict
 
         from .. import eventloop
-        from ..cli.load import load_for_cli
+        from .load import load_for_cli
         from ..paths import absolute, default_data_dir
 
         bench = load_for_cli(benchmark)
