@@ -41,8 +41,7 @@ if TYPE_CHECKING:  # imported lazily: engine.store.db brings its writer's import
     from ..engine.store.db import StoreReader
 
 
-# Mirrors resenv.engine.run.scheduler (STALE_AFTER_S and engine_alive), which the dashboard does not
-# import: the scheduler pulls in every agent adapter and asyncssh (over a second of start-up).
+# Mirrors resenv.engine.runfacts (STALE_AFTER_S and engine_alive), written for the dashboard's rows.
 # tests/tui/test_data.py checks that both agree.
 STALE_AFTER_S = 15.0
 

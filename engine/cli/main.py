@@ -16,14 +16,15 @@ import click
 from rich.console import Console
 
 from .. import __version__, eventloop
-from ..run.controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
+from ..run.controls import ACTIONS, FINISHED, record_refused, tier_never_ran
 from .display import NoDisplay, PlainDisplay
 from ..results.summary import summary_lines
 from .load import load_for_cli
 from ..paths import UnusablePath, absolute, default_data_dir, default_db, writable_dir, writable_file
 from ..runs import RunPlan, create_run
 from ..sandbox.isolation import IsolationUnavailable, check_available
-from ..run.scheduler import STALE_AFTER_S, Engine, EngineBusy, engine_alive
+from ..run.scheduler import Engine, EngineBusy
+from ..runfacts import STALE_AFTER_S, engine_alive, run_tiers
 from ..spec import SpecLookupError
 from ..secrets import load_secrets
 from ..store.db import DISK_ERRNOS, StoreError, StoreReader, insert_control, store_failure

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..hosts.build import build_hosts
-from ..run.scheduler import engine_alive
+from ..runfacts import engine_alive
 from ..spec import benchmark_from_snapshot
 
 

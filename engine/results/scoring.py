@@ -30,7 +30,7 @@ from .findings import job_findings
 from ..money import add, spend, usd
 from ..outcomes import errors_text, is_infra
 from ..tiers import ALL_TIERS
-from ..run.controls import run_tiers
+from ..runfacts import run_tiers
 
 PYRAMID = ("C0", "C1", "C2", "C3", "C4")
 HALLUCINATION_KINDS = ("path", "version", "capability")

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..run.runlock import pid_exists
+from ..runfacts import pid_exists
 
 Rows = Callable[[str, tuple[Any, ...]], list[dict[str, Any]]]
 

@@ -11,7 +11,7 @@ from .scorings import Scoring
 from .findings import findings_summary, job_findings
 from ..money import spend, usd
 from ..outcomes import is_infra, state_text
-from ..run.scheduler import engine_alive
+from ..runfacts import engine_alive
 from ..store.db import StoreReader
 
 TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")

@@ -14,9 +14,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..runfacts import TIERS, run_tiers
 from ..store.db import StoreWriter, open_for_writing
 
-TIERS = ("C0", "C1", "C2", "C3", "C4", "C5")
 RUN_ACTIONS = {"pause", "resume", "cancel"}
 JOB_ACTIONS = {"pause", "resume", "cancel", "retry"}
 ACTIONS = RUN_ACTIONS | JOB_ACTIONS
@@ -24,16 +24,6 @@ FINISHED = ("done", "error", "cancelled")
 _ENDED = {"cancelled": "was cancelled", "error": "ended in an error", "done": "finished"}
 
 Rows = Callable[[str, tuple[Any, ...]], list[dict[str, Any]]]
-
-
-def run_tiers(run: Mapping[str, Any]) -> tuple[str, ...]:
-    """The tiers a run scores (runs from before `--tiers` score them all)."""
-    try:
-        options = json.loads(run.get("options_json") or "{}")
-    except ValueError:
-        options = {}
-    tiers = options.get("tiers", TIERS) if isinstance(options, dict) else TIERS
-    return tuple(tier for tier in TIERS if isinstance(tiers, (list, tuple)) and tier in tiers)
 
 
 def tier_never_ran(rows: Rows, run: Mapping[str, Any], job: Mapping[str, Any], tier: str) -> str | None:

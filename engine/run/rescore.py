@@ -32,8 +32,9 @@ from typing import Any
 from ...probes import rules
 from ..hosts.fleet import start_fleet, stop_fleet
 from ..attempt import AttemptOutcome
-from .scheduler import HEARTBEAT_S, STALE_AFTER_S, Display, Engine, EngineBusy, TierWork
+from .scheduler import HEARTBEAT_S, Display, Engine, EngineBusy, TierWork
 from ..results.scorings import Scoring, live_rescore
+from ..runfacts import STALE_AFTER_S
 from ..store.db import StoreWriter, open_for_writing
 from ..tiers import ALL_TIERS
 from ..wording import counted

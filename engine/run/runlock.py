@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from ..paths import absolute
+from ..runfacts import pid_exists
 
 LOCK_NAME = "engine.lock"
 HOLDER_WAIT_S = 2.0  # a holder that has just taken the lock writes who it is at once
@@ -90,17 +91,6 @@ def _alive(record: dict) -> bool:
     if not isinstance(pid, int):
         return False
     return record.get("host") != platform.node() or pid_exists(pid)
-
-
-def pid_exists(pid: int) -> bool:
-    """Whether a process with this PID exists on this machine (one we may not signal does)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def busy_message(run_id: str, record: dict | None) -> str:

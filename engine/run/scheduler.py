@@ -37,6 +37,7 @@ from .recovery import replay_attempt_logs
 from .runlock import EngineBusy, RunLock
 from ..sandbox.process import kill_stale_group
 from ..results.scorings import live_rescore
+from ..runfacts import STALE_AFTER_S, engine_alive
 from ..secrets import scrub_attempt
 from ..spec import Benchmark, benchmark_from_snapshot
 from ..store.db import (StoreFailure, StoreWriter, connect, disk_failure, dumps, mark_interrupted, rollback_quietly,
@@ -46,7 +47,6 @@ from ..tiers import ALL_TIERS, ENTRYPOINT_OF, GPUS_FOR
 HEARTBEAT_S = 2.0
 CONTROL_POLL_S = 0.25
 REPLAN_IDLE_S = 1.0
-STALE_AFTER_S = 15.0
 FINISHED_JOB_STATES = {"done", "error", "cancelled"}
 
 
@@ -92,20 +92,6 @@ class Running:
     lease: Lease | None = None
     started: float = 0.0  # time.monotonic() when it was launched
     estimate_s: float = 0.0  # how long the dispatch policy expects it to hold its lease
-
-
-def engine_alive(run: dict[str, Any]) -> bool:
-    """A run is owned by a live engine if its heartbeat is fresh and (when local) its PID exists."""
-    if run["heartbeat_at"] is None or time.time() - run["heartbeat_at"] > STALE_AFTER_S:
-        return False
-    if run["engine_host"] == platform.node() and run["engine_pid"]:
-        try:
-            os.kill(run["engine_pid"], 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-    return run["state"] in {"running", "paused"}
 
 
 class Engine:
