@@ -143,7 +143,7 @@ shell-quoted.
 
 from __future__ import annotations
 
-from ..yamlsource import SpecError, SpecIssue, format_issues
+from .yamlsource import SpecError, SpecIssue, format_issues
 from .agents import AgentExtras, BaselineAgent, ClaudeCodeAgent, CodexAgent, CommandAgent
 from .benchmark import Benchmark
 from .defaults import Budgets, Defaults, Price, Retries, TierTimeouts, Timeouts

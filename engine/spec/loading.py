@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..yamlsource import Positions, SpecError, SpecIssue, format_path, load_yaml, load_yaml_file
+from .yamlsource import Positions, SpecError, SpecIssue, format_path, load_yaml, load_yaml_file
 from .benchmark import Benchmark
 
 
