@@ -47,7 +47,7 @@ from typing import Any
 from . import __version__
 from .secrets import Redactor
 from .spec import Asset, HfAsset, UrlAsset
-from .spec import _size as human_size  # the format asset labels use
+from .spec.repos import _size as human_size  # the format asset labels use
 from .wording import counted
 
 CHUNK = 1 << 20

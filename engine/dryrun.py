@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .assets import AssetCache
-from .hosts import detect_local_gpus
+from .hosts.pool import detect_local_gpus
 from .runs import RunPlan
 from .spec import Benchmark, Entrypoint, GitSource
 from .tiers import ENTRYPOINT_OF, GPUS_FOR

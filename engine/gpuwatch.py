@@ -24,7 +24,7 @@ Sources, chosen by the host (:func:`watch_for`):
 
 Which processes are the probe's: in a container sandbox, those whose cgroup names the attempt's
 container (one container per attempt, and tiers run one after another), as
-:class:`~resenv.engine.telemetry.ProcessMap` maps them; otherwise those in the process group the
+:class:`~resenv.engine.hosts.telemetry.ProcessMap` maps them; otherwise those in the process group the
 sandbox started the entrypoint in, or whose parent chain reaches its leader (torchrun starts its
 workers in sessions of their own). Another process on the same GPU proves nothing and is listed
 apart, as ``other_pids``. A process whose PID this machine (or the SSH host's /proc) cannot see at all
@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .telemetry import NO_DRIVER, REMOTE_PROCESSES, GpuProcess, ProcessMap, load_pynvml, parse_remote_processes
+from .hosts.telemetry import NO_DRIVER, REMOTE_PROCESSES, GpuProcess, ProcessMap, load_pynvml, parse_remote_processes
 from .wording import counted
 
 LOCAL_INTERVAL_S = 0.15
@@ -361,7 +361,7 @@ class SmiWatch:
 
     async def start(self) -> None:
         """Learn the leased GPUs' UUIDs (the process query names GPUs by UUID), then start sampling."""
-        from .remote import HostDown
+        from .sandbox.remote import HostDown
 
         try:
             result = await self.connection.run(UUID_QUERY, timeout=REMOTE_QUERY_TIMEOUT_S, control=True)
@@ -397,7 +397,7 @@ class SmiWatch:
         return self.use
 
     async def _loop(self) -> None:
-        from .remote import HostDown
+        from .sandbox.remote import HostDown
 
         loop = asyncio.get_running_loop()
         while True:

@@ -13,7 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..probes.capture import last_json_line, read_tail
 from ..probes.census import Census
@@ -28,12 +28,11 @@ from ..probes.integrity import (
 )
 from ..probes.kit import hookscan, script_source, treescan
 from ..probes.outcome import canary_problem, canary_source
+from .attempt import Attempt
 from .checkout import CheckoutError, Manifest, Pristine, blob_bytes
 from .sandbox.base import SandboxError, engine_sees_work_dir, shares_engine_view
 from .wording import counted
 
-if TYPE_CHECKING:
-    from .lifecycle import JobAttempt
 
 PROBE_DIR = ".resenv-probes"
 QUARANTINE_DIR = ".resenv-quarantine"
@@ -49,7 +48,7 @@ class ScanError(OSError):
     """A scan could not run or gave no answer: the host's fault, never the agent's."""
 
 
-async def _host_script(attempt: JobAttempt, script: str, args: list[str], timeout: float) -> Any:
+async def _host_script(attempt: Attempt, script: str, args: list[str], timeout: float) -> Any:
     """Run a kit script with the host's own python3 in the sandbox; its last line is the answer: any
     JSON value (in a container the python3 there is the agent's to replace; `scan_problems` types it).
     No answer at all is the host's failure (`ScanError`)."""
@@ -67,7 +66,7 @@ async def _host_script(attempt: JobAttempt, script: str, args: list[str], timeou
     return answer
 
 
-async def scan_tree(attempt: JobAttempt, manifest: Manifest, dirs: list[str], timeout: float, *,
+async def scan_tree(attempt: Attempt, manifest: Manifest, dirs: list[str], timeout: float, *,
                     fresh: bool = False) -> Any:
     """How the checkout differs from the pinned commit (``kit/treescan.py``). ``fresh``: no agent has
     run in this work dir yet, so a local sandbox's tree is scanned by the engine itself (in a thread),
@@ -81,7 +80,7 @@ async def scan_tree(attempt: JobAttempt, manifest: Manifest, dirs: list[str], ti
                               [str(attempt.paths.repo), f"{attempt.paths.workdir}/{PROBE_DIR}/manifest.json"], timeout)
 
 
-async def scan_hooks(attempt: JobAttempt, python: str, timeout: float) -> Any:
+async def scan_hooks(attempt: Attempt, python: str, timeout: float) -> Any:
     """Start-up hooks in the reported interpreter's site directories (``kit/hookscan.py``)."""
     sandbox = attempt.sandbox
     if shares_engine_view(sandbox):
@@ -91,7 +90,7 @@ async def scan_hooks(attempt: JobAttempt, python: str, timeout: float) -> Any:
     return await _host_script(attempt, "hookscan.py", [python], timeout)
 
 
-async def verify_checkout(attempt: JobAttempt, pristine: Pristine, manifest: Manifest, timeout: float) -> None:
+async def verify_checkout(attempt: Attempt, pristine: Pristine, manifest: Manifest, timeout: float) -> None:
     """The job's tree must be the pinned commit: every object present, no path missing or different.
     Anything else is the infrastructure's failure (a broken source), named path by path."""
     if manifest.missing_objects:
@@ -111,7 +110,7 @@ async def verify_checkout(attempt: JobAttempt, pristine: Pristine, manifest: Man
         await asyncio.to_thread((attempt.base / EPOCH_FILE).write_text, repr(float(scan["now"])))  # a file made: off the loop
 
 
-def checkout_epoch(attempt: JobAttempt) -> float | None:
+def checkout_epoch(attempt: Attempt) -> float | None:
     """The host's clock when the checkout was verified, before the agent started (None: unknown)."""
     try:
         return float((attempt.base / EPOCH_FILE).read_text())
@@ -125,7 +124,7 @@ def _name_paths(what: str, paths: Iterable[str], most: int = 10) -> str:
     return f"{what} {counted(len(paths), 'path')}: {shown}"
 
 
-async def secure(attempt: JobAttempt, *, pristine: Pristine, manifest: Manifest, census: Census,
+async def secure(attempt: Attempt, *, pristine: Pristine, manifest: Manifest, census: Census,
                  compiled: Iterable[str], import_dirs: list[str], python: str | None,
                  timeout: float) -> Integrity:
     """Before any probe: restore tracked files, quarantine shadows, find start-up hooks; record all."""
@@ -159,7 +158,7 @@ def _malformed(which: str, scan: Any) -> list[Finding]:
     return [Finding("malformed_scan", f"({which} scan)", "tier_failed", {"problems": problems[:10]})]
 
 
-async def _with_diffs(attempt: JobAttempt, pristine: Pristine, manifest: Manifest,
+async def _with_diffs(attempt: Attempt, pristine: Pristine, manifest: Manifest,
                       findings: list[Finding]) -> list[Finding]:
     """Keep what the agent changed, as a diff, before the restore overwrites it."""
     out, diffs = [], 0
@@ -198,7 +197,7 @@ done
 """
 
 
-async def _apply(attempt: JobAttempt, pristine: Pristine, manifest: Manifest, findings: list[Finding],
+async def _apply(attempt: Attempt, pristine: Pristine, manifest: Manifest, findings: list[Finding],
                  caches: list[str], timeout: float) -> None:
     """Remove every changed tracked entry and write the pinned one back; move shadows and bytecode
     caches aside."""
@@ -235,7 +234,7 @@ def _q(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def _store_findings(attempt: JobAttempt, findings: list[Finding]) -> None:
+def _store_findings(attempt: Attempt, findings: list[Finding]) -> None:
     now = time.time()
     for finding in findings:
         attempt.ctx.writer.execute(
@@ -245,14 +244,14 @@ def _store_findings(attempt: JobAttempt, findings: list[Finding]) -> None:
              finding.action, json.dumps(finding.detail, default=str), now))
 
 
-def _record(attempt: JobAttempt, integrity: Integrity, *, caches: int) -> None:
+def _record(attempt: Attempt, integrity: Integrity, *, caches: int) -> None:
     _store_findings(attempt, integrity.findings)
     attempt.sink.emit("integrity", {
         "summary": integrity.summary(), "bytecode_caches_moved": caches,
         "findings": [{"kind": f.kind, "path": f.path, "action": f.action} for f in integrity.findings[:50]]})
 
 
-async def exit_canary(attempt: JobAttempt, python: str, env: dict[str, str], nonce: str,
+async def exit_canary(attempt: Attempt, python: str, env: dict[str, str], nonce: str,
                       timeout: float) -> Finding | None:
     """Run a program that fails on purpose with the agent's interpreter, from the checkout, as an
     entrypoint runs: a start-up hook that forces exit status 0 or hides tracebacks shows as a finding

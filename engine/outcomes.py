@@ -2,11 +2,11 @@
 categories are infrastructure failures.
 
 An attempt ends `done`, `cancelled` or `error` with a category (`AttemptOutcome` in
-engine/lifecycle.py). An infrastructure failure (`INFRA_CATEGORIES`: the harness, a host, a
+engine/run/lifecycle.py). An infrastructure failure (`INFRA_CATEGORIES`: the harness, a host, a
 checkout, the model's API) says nothing about the agent: the scheduler retries it
 (`defaults.retries.infra`), and a job that still ends in `error` stands outside every denominator.
 A job that ends in `error` for any other reason (a phase timeout an agent's environment can provoke,
-say) keeps whatever was judged (engine/scoring.py): an agent cannot leave the denominators by making
+say) keeps whatever was judged (engine/results/scoring.py): an agent cannot leave the denominators by making
 its own job fail. Since such jobs may lack verdicts, every view — `resenv show`,
 `resenv report` in every format, the dashboard — counts those jobs per agent by category
 (`errors_text`) and shows each one's category (`state_text`: ``error/model_api``) and reason, so they

@@ -50,7 +50,7 @@ from typing import Any
 from .agents.transcript import TEXT_CAP, cap_fields
 from .sandbox.base import OutputLine
 from .sandbox.lines import LineSplitter
-from .store import dumps
+from .store.db import dumps
 
 HEAD_BYTES = 4 * 2**20
 """Default bytes of an attempt's output lines stored as they come (`defaults.output.head_bytes`)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from ..probes import rules
 from .paths import absolute
 from .spec import Benchmark
-from .store import dumps, open_for_writing, rollback_quietly, store_failure
+from .store.db import dumps, open_for_writing, rollback_quietly, store_failure
 from .tiers import ALL_TIERS
 
 

@@ -20,7 +20,7 @@ mangle ordinary text), and also catches a value's JSON-escaped and URL-quoted sp
   is filled when agent adapters are built, before any replay;
 * the raw log files once more when their command exits (`redact_file`), for the one kind whose raw
   files the command writes itself: a Slurm job on a file system shared with the engine (see
-  engine/slurm/sandbox.py);
+  engine/hosts/slurm/sandbox.py);
 * every file the agent created or changed in its work dir (its report, its HOME, the env it built),
   masked in place with a same-length mask so binaries stay valid (`scrub_tree`), right after the
   agent exits and before any probe reads the report;

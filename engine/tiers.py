@@ -18,7 +18,7 @@ import tarfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..probes.audit import Observations, audit
 from ..probes.c0 import run_c0
@@ -33,14 +33,13 @@ from ..probes.kit import SCRIPTS, script_source
 from ..probes.mirror import Mirror, build_mirror, failed_mirror
 from ..probes.report import ReportLoad, load_report
 from .assets import AssetCache, missing_indexes, presence_script
-from .gpuinfo import DriverInfo, cuda_supported
+from .attempt import Attempt
+from .hosts.gpuinfo import DriverInfo, cuda_supported
 from .gpuwatch import GpuUse, watch_for
 from .integrity import HOST_PATH, exit_canary, secure
 from .sandbox.base import ExecResult, SandboxError, is_remote, shares_engine_view
 from .wording import counted
 
-if TYPE_CHECKING:
-    from .lifecycle import JobAttempt
 
 PROBE_TIERS = ("C0", "C1", "C2", "C3", "C4")
 ALL_TIERS = (*PROBE_TIERS, "C5")
@@ -111,7 +110,7 @@ def free_port() -> int:
 
 class TierRunner:
     def __init__(
-        self, attempt: JobAttempt, selected: tuple[str, ...], driver: DriverInfo | None,
+        self, attempt: Attempt, selected: tuple[str, ...], driver: DriverInfo | None,
         previous: dict[str, Any] | None = None,
     ) -> None:
         self.attempt = attempt

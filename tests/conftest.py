@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RESENV = [sys.executable, "-m", "resenv.engine.cli"]
+RESENV = [sys.executable, "-m", "resenv.engine.cli.main"]
 
 
 def bundle_repos(root: Path, repos: dict[str, dict[str, str]]) -> str:

@@ -4,7 +4,7 @@
   ``--exec-root`` and ``--pidfile``, no bridge and no iptables rules (containers use network mode
   ``none`` or ``host`` only); stopped by its PID. Nothing is ever pulled.
 * `build_rootfs`: this machine's ``python3`` and tools in a directory, exactly as ``resenv image
-  build --base host`` copies them (engine/image_build.py), which `import_image` turns into an image
+  build --base host`` copies them (engine/sandbox/docker_image.py), which `import_image` turns into an image
   with ``docker import`` (through the SDK), labelled ``resenv.test=1``.
 """
 
@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from resenv.engine.image_build import build_image, host_rootfs
+from resenv.engine.sandbox.docker_image import build_image, host_rootfs
 
 DOCKERD = shutil.which("dockerd") or "/usr/sbin/dockerd"
 TEST_IMAGE = "resenv-test/tiny:1"

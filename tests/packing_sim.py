@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from resenv.engine.packing import HostRoom, Plan, QueuedWork, RunningWork, ordered, plan
+from resenv.engine.run.packing import HostRoom, Plan, QueuedWork, RunningWork, ordered, plan
 
 
 TIMEOUT_BOUND_S = 8820.0  # what every simulated job is certain to end by (the default timeouts' sum)

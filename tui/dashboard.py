@@ -18,7 +18,8 @@ from textual.app import App
 from textual.css.query import NoMatches
 
 from .commands import RegistryProvider
-from .data import JobView, Poller, RunFeed
+from .data import Poller, RunFeed
+from .views import JobView
 from .live import EngineThread
 from .screens import ConfirmScreen, DashScreen, HelpScreen, HistoryScreen, HostsScreen, OverviewScreen
 
@@ -180,7 +181,7 @@ class ResenvApp(App[Any]):
         if thread.ident is None or thread.is_alive() or self._engine_reported:
             return
         self._engine_reported = True
-        from ..engine.scheduler import EngineBusy  # loaded already: this process runs the engine
+        from ..engine.run.scheduler import EngineBusy  # loaded already: this process runs the engine
 
         if isinstance(thread.error, EngineBusy):
             self.exit()
@@ -296,7 +297,7 @@ class ResenvApp(App[Any]):
         self.push_screen(ConfirmScreen(f"{action.capitalize()} {target}?", detail, yes=action.capitalize()), answer)
 
     def _send_control(self, feed: RunFeed, action: str, job_id: int | None, tier: str | None, label: str) -> None:
-        from ..engine.store import insert_control
+        from ..engine.store.db import insert_control
 
         try:
             control_id = insert_control(self.db_path, feed.run_id, action, job_id=job_id, tier=tier, origin="tui")
@@ -327,6 +328,11 @@ class ResenvApp(App[Any]):
                 self._perf.loaded = True
                 self._perf.write("loaded", f"{self.feed.load_seconds:.6f}")
             self._perf.write("paint", str(rows))
+
+    @property
+    def measuring(self) -> bool:
+        """Whether a perf log is open: the screens then report what they show."""
+        return self._perf is not None
 
     def perf(self, kind: str, detail: str) -> None:
         if self._perf is not None:

@@ -22,32 +22,26 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import replace
 from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..engine.money import add as add_spend
-from ..engine.money import spend, usd
-from ..engine.outcomes import errors_text, is_infra, state_text
+from ..engine.results.eventtext import format_event, queue_text
+from ..engine.money import add as add_spend, spend, usd
+from ..engine.outcomes import errors_text
 from ..engine.runref import find_run
-from ..engine.eventtext import format_event, queue_text
-from ..engine.schema import SCHEMA_VERSION
-from ..engine.scorings import SCORINGS_SCHEMA, Scoring, list_scorings, resolve_scoring
-from ..engine.scorings import header as scoring_header
+from ..engine.store.schema import SCHEMA_VERSION
+from ..engine.results.scorings import SCORINGS_SCHEMA, Scoring, header as scoring_header, list_scorings, resolve_scoring
+from .views import ALL_TIERS, Changes, HostView, JobView, Sample
 
-if TYPE_CHECKING:  # imported lazily: engine.store brings its writer's imports, engine.scoring the probes
-    from ..engine.scoring import RunScores
-    from ..engine.store import StoreReader
+if TYPE_CHECKING:  # imported lazily: engine.store.db brings its writer's imports, engine.results.scoring the probes
+    from ..engine.results.scoring import RunScores
+    from ..engine.store.db import StoreReader
 
-# The tiers, as resenv.engine.tiers names them (that module imports the whole probe kit).
-PROBE_TIERS = ("C0", "C1", "C2", "C3", "C4")
-ALL_TIERS = (*PROBE_TIERS, "C5")
-PYRAMID = PROBE_TIERS
 
-# Mirrors resenv.engine.scheduler (STALE_AFTER_S and engine_alive), which the dashboard does not
-# import: the scheduler pulls in every agent adapter and asyncssh (over a second of start-up).
+# Mirrors resenv.engine.runfacts (STALE_AFTER_S and engine_alive), written for the dashboard's rows.
 # tests/tui/test_data.py checks that both agree.
 STALE_AFTER_S = 15.0
 
@@ -83,7 +77,6 @@ TRANSCRIPT_KINDS = ("transcript", "command", "exit", "phase", "timeout", "tier",
                     "integrity")
 STATE_KINDS = ("job_state", "phase", "tier", "run_state", "control", "interrupted", "slurm")
 USAGE_KIND = "usage"  # a session flushed its usage rows (updated in place): the job's spend is read again
-FINISHED = {"done", "error", "cancelled"}
 JOB_COLUMNS = "id, key, repo_id, agent, gpus_needed, state, attempts, host, gpus, reason, started_at, finished_at"
 # why a job in `error` ended: the category of its latest full attempt (scope exists from schema 2 on)
 ENDED_BY = ("CASE WHEN state = 'error' THEN (SELECT a.category FROM attempts a WHERE a.job_id = jobs.id{scope}"
@@ -98,167 +91,14 @@ def job_columns(version: int) -> str:
     return f"{JOB_COLUMNS}, {ENDED_BY.format(scope=scope)}"
 
 
-# -- views ------------------------------------------------------------------------------------
-@dataclass(slots=True)
-class JobView:
-    """One job as the dashboard shows it; replaced (never mutated) when anything about it changes,
-    so the UI thread always reads a consistent row. (Not `frozen`: a frozen dataclass's __init__
-    costs several times more, and a 10,000-job run builds 10,000 of them on open.)"""
-
-    id: int
-    key: str
-    repo: str
-    agent: str
-    state: str
-    attempts: int = 0
-    host: str | None = None
-    gpus: str | None = None
-    gpus_needed: int = 0
-    reason: str | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-    tiers: Mapping[str, str] = field(default_factory=dict)  # tier -> latest status
-    phase: str | None = None  # the current attempt's phase while it runs
-    attempt_id: int | None = None  # the current (or latest known) attempt
-    tokens: int = 0
-    cost: float | None = None  # None: unknown (no usage, or none of it priced)
-    queue: str | None = None  # "slurm PD Resources" while a command waits in the cluster's queue
-
-    cost_partial: bool = False  # some tokens had no price: `cost` is a lower bound
-    category: str | None = None  # why a job in `error` ended (engine/outcomes.py)
-
-    @property
-    def cost_text(self) -> str:
-        return usd(self.cost, self.cost_partial)
-
-    @property
-    def state_text(self) -> str:
-        """`error/model_api` for a job that ended in error; the state otherwise."""
-        return state_text(self.state, self.category)
-
-    @property
-    def infra(self) -> bool:
-        return self.state == "error" and is_infra(self.category)
-
-    @property
-    def where(self) -> str:
-        if not self.host:
-            return "—"
-        return f"{self.host}:{self.gpus}" if self.gpus else self.host
-
-    @property
-    def failing(self) -> bool:
-        return self.state == "error" or any(status in ("fail", "error") for status in self.tiers.values())
-
-    @property
-    def attention(self) -> int:
-        """Sort group: 0 needs attention (error or a failing tier), 1 running, 2 queued, 3 the rest."""
-        if self.failing:
-            return 0
-        if self.state in ("running", "paused"):
-            return 1
-        if self.state == "queued":
-            return 2
-        return 3
-
-    def elapsed(self, now: float | None = None) -> float | None:
-        if not self.started_at:
-            return None
-        end = self.finished_at if self.state in FINISHED and self.finished_at else (now or time.time())
-        return max(0.0, end - self.started_at)
-
-    def tier_display(self, selected: Iterable[str]) -> dict[str, str | None]:
-        """Status per tier for the glyphs: a result, `running` (the tier the current phase is judging),
-        `pending`, or None (the run does not score that tier)."""
-        selected, judging = set(selected), None
-        if self.state in ("running", "paused"):
-            judging = next((tier for tier in ALL_TIERS if tier in selected and self.tiers.get(tier) is None
-                            and ((self.phase == "probes" and tier in PROBE_TIERS)
-                                 or (self.phase == "audit" and tier == "C5"))), None)
-        return displayed_tiers(self.tiers, selected, judging)
-
-    def search_text(self) -> str:
-        statuses = " ".join(sorted(set(self.tiers.values())))
-        return (f"#{self.id} {self.key} {self.state_text} {self.where} {statuses} {self.reason or ''}"
-                f" {self.queue or ''}").lower()
-
-
-@dataclass
-class HostView:
-    name: str
-    kind: str
-    state: str
-    inventory: dict[str, Any]
-    updated_at: float
-
-    @property
-    def gpu_ids(self) -> list[int]:
-        ids = []
-        for gpu in self.inventory.get("gpus") or []:
-            if isinstance(gpu, dict):
-                gpu = gpu.get("index", gpu.get("id"))
-            if isinstance(gpu, int):
-                ids.append(gpu)
-        return ids
-
-    @property
-    def state_line(self) -> str | None:
-        """Why a host runs no jobs, in the words the plain display uses: waited for since when, or for good."""
-        reason = self.inventory.get("reason")
-        if self.state == "down":
-            since = self.inventory.get("down_since")
-            when = f" since {time.strftime('%H:%M:%S', time.localtime(since))}" if isinstance(since, (int, float)) else ""
-            return f"waiting for this host{when} (reconnecting with backoff)" + (f": {reason}" if reason else "")
-        if self.state == "broken":
-            return "cannot run jobs" + (f": {reason}" if reason else "")
-        return None
-
-    def gpu_name(self, gpu: int) -> str | None:
-        for item in self.inventory.get("gpus") or []:
-            if isinstance(item, dict) and item.get("index", item.get("id")) == gpu:
-                return item.get("name")
-        return None
-
-
-@dataclass(frozen=True)
-class Sample:
-    ts: float
-    util: float | None
-    mem_used: float | None
-    mem_total: float | None
-    power: float | None
-    temp: float | None
-
-
-@dataclass
-class Changes:
-    """What changed since the UI last looked: coalesced over any number of polls."""
-
-    jobs: set[int] = field(default_factory=set)
-    job_set: bool = False  # jobs were added: the table's rows must be rebuilt
-    run: bool = False
-    scores: bool = False
-    hosts: bool = False
-    gpu: bool = False
-    usage: bool = False
-    transcript: list[str] = field(default_factory=list)
-    transcript_reset: bool = False
-    acks: list[tuple[str, str, str]] = field(default_factory=list)  # (label, ack, message)
-    errors: list[str] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.jobs or self.job_set or self.run or self.scores or self.hosts or self.gpu or self.usage
-                    or self.transcript or self.transcript_reset or self.acks or self.errors)
-
-
 # -- read-only access ------------------------------------------------------------------------
 class FeedError(Exception):
     """The store or the run cannot be read."""
 
 
 class Reader:
-    """A read-only connection as engine.store.connect(readonly=True) opens it, without importing
-    engine.store, whose writer side (asyncio and the rest) the dashboard's start-up never needs."""
+    """A read-only connection as engine.store.db.connect(readonly=True) opens it, without importing
+    engine.store.db, whose writer side (asyncio and the rest) the dashboard's start-up never needs."""
 
     def __init__(self, path: Path) -> None:
         if not Path(path).exists():
@@ -299,13 +139,13 @@ def resolve_run(db_path: Path, ref: str | None) -> dict[str, Any]:
 
 
 def store_reader(db_path: Path) -> StoreReader:
-    from ..engine.store import StoreReader
+    from ..engine.store.db import StoreReader
 
     return StoreReader(db_path)
 
 
 # -- the feed ---------------------------------------------------------------------------------
-def _scope(row: Any) -> str:
+def attempt_scope(row: Any) -> str:
     """An attempt's scope: `job` (a full attempt), the tier a tier re-run re-ran (schema v2), or
     `rescore` (the tiers of a rescore, schema v4)."""
     try:
@@ -314,7 +154,7 @@ def _scope(row: Any) -> str:
         return "job"
 
 
-def _loads(text: str | None) -> dict[str, Any]:
+def json_object(text: str | None) -> dict[str, Any]:
     try:
         value = json.loads(text or "{}")
     except ValueError:
@@ -336,15 +176,6 @@ def exact(column: str) -> str:
     """A REAL column as text that converts back to the same float (JSON would keep 15 digits; the
     reconcile compares timestamps exactly); NULL stays NULL."""
     return f"CASE WHEN {column} IS NULL THEN NULL ELSE printf('%!.17g', {column}) END"
-
-
-def displayed_tiers(results: Mapping[str, str], selected: Iterable[str],
-                    judging: str | None = None) -> dict[str, str | None]:
-    """Status per tier for the glyphs of a job with these ``results``: its result, `running` for the
-    tier being ``judging`` now, `pending`, or None for a tier the run does not score."""
-    chosen = set(selected)
-    return {tier: ("running" if tier == judging else results.get(tier) or "pending") if tier in chosen else None
-            for tier in ALL_TIERS}
 
 
 class RunFeed:
@@ -439,14 +270,14 @@ class RunFeed:
         run = db.run(self.run_id)
         if run is None:
             raise FeedError(f"no run {self.run_id} in {self.db_path}")
-        options = _loads(run.get("options_json"))
+        options = json_object(run.get("options_json"))
         self.tiers_selected = tuple(options.get("tiers", ALL_TIERS))
         self.run = {key: value for key, value in run.items() if key != "spec_json"}
         self._last_event = db.conn.execute(
             "SELECT COALESCE(MAX(id), 0) FROM events WHERE run_id = ?", (self.run_id,)).fetchone()[0]
         running = {row["job_id"]: (row["id"], row["phase"]) for row in db.conn.execute(
             "SELECT * FROM attempts WHERE run_id = ? AND state = 'running'", (self.run_id,))
-            if _scope(row) == "job"}  # a tier re-run (scope = its tier) keeps the job's other results
+            if attempt_scope(row) == "job"}  # a tier re-run (scope = its tier) keeps the job's other results
         self._choose_scoring(db)
         tiers = self._scoring_tiers(db, running)
         usage: dict[int, tuple[int, float | None, bool]] = {}
@@ -461,7 +292,7 @@ class RunFeed:
             latest = db.conn.execute("SELECT data FROM events WHERE attempt_id = ? AND kind = 'slurm'"
                                      " ORDER BY seq DESC LIMIT 1", (attempt_id,)).fetchone()
             if latest is not None:
-                queues[job_id] = queue_text(_loads(latest[0]))
+                queues[job_id] = queue_text(json_object(latest[0]))
         jobs: dict[int, JobView] = {}
         rows = packed(db, f"SELECT json_group_array(json_array(id, key, repo_id, agent, gpus_needed, state, attempts,"
                           f" host, gpus, reason, {exact('started_at')}, {exact('finished_at')}, category))"
@@ -599,7 +430,7 @@ class RunFeed:
     def _load_hosts(self, db: Reader) -> None:
         hosts = {}
         for row in db.rows("SELECT * FROM hosts WHERE run_id = ? ORDER BY name", (self.run_id,)):
-            hosts[row["name"]] = HostView(row["name"], row["kind"], row["state"], _loads(row["inventory_json"]),
+            hosts[row["name"]] = HostView(row["name"], row["kind"], row["state"], json_object(row["inventory_json"]),
                                           row["updated_at"])
         changed = {name: (host.state, host.inventory) for name, host in hosts.items()} != {
             name: (host.state, host.inventory) for name, host in self.hosts.items()}
@@ -654,7 +485,7 @@ class RunFeed:
                         if self._watch_attempt is not None:
                             watch_lines.append("══ a new attempt ══")
                         self._watch_attempt = attempt_id
-                    watch_lines.extend(format_event(kind, _loads(text)))
+                    watch_lines.extend(format_event(kind, json_object(text)))
                 if kind == USAGE_KIND and job_id is not None:
                     spent.add(job_id)
                 if kind not in STATE_KINDS:
@@ -665,21 +496,21 @@ class RunFeed:
                     continue
                 touched.add(job_id)
                 if kind == "tier":
-                    data = _loads(text)
+                    data = json_object(text)
                     tier_updates.setdefault(job_id, []).append((attempt_id, data.get("tier"), data.get("status")))
                 elif kind == "phase":
-                    data = _loads(text)
+                    data = json_object(text)
                     if data.get("status") == "started":
                         phases[job_id] = (attempt_id, data.get("phase"))
                 elif kind == "job_state":
-                    data = _loads(text)
+                    data = json_object(text)
                     if data.get("state") == "running" and attempt_id is not None:
                         new_attempts[job_id] = attempt_id
                         phases.pop(job_id, None)
                         tier_updates.pop(job_id, None)
                     queues[job_id] = None
                 elif kind == "slurm":  # a command of the job waits in (or left) the cluster's queue
-                    queues[job_id] = queue_text(_loads(text))
+                    queues[job_id] = queue_text(json_object(text))
             if len(rows) < EVENTS_PER_POLL:
                 break
         if touched:
@@ -707,9 +538,9 @@ class RunFeed:
         self.next_poll = time.monotonic() + (POLL_S if busy else IDLE_POLL_S)
 
     def compute_scores(self) -> None:
-        """The pyramid panel's numbers, from engine/scoring.py (the same numbers as `resenv report`),
+        """The pyramid panel's numbers, from engine/results/scoring.py (the same numbers as `resenv report`),
         of the scoring the jobs table shows."""
-        from ..engine.scoring import score_run
+        from ..engine.results.scoring import score_run
 
         if self.scoring_reader is None:
             self.scoring_reader = store_reader(self.db_path)
@@ -890,7 +721,7 @@ class RunFeed:
         if not attempts:
             return ["(no attempt yet: the job is queued)"]
         # The newest full attempt and the tier re-runs after it (they probe the state it left).
-        start = max((index for index, row in enumerate(attempts) if _scope(row) == "job"), default=0)
+        start = max((index for index, row in enumerate(attempts) if attempt_scope(row) == "job"), default=0)
         shown = attempts[start:]
         lines: list[str] = []
         budget = TRANSCRIPT_BACKFILL
@@ -906,12 +737,12 @@ class RunFeed:
         if budget <= 0:
             lines.append(f"(earlier lines omitted: showing the last {TRANSCRIPT_BACKFILL} events; the Raw log tab has all)")
         for attempt, rows in reversed(chunks):
-            scope = _scope(attempt)
+            scope = attempt_scope(attempt)
             what = {"job": "", "rescore": " · rescore"}.get(scope, f" · re-run of tier {scope}")
             lines.append(f"══ attempt {attempt['number']}{what} · {attempt['state']} ══")
             for _, kind, text in reversed(rows):
                 if kind in TRANSCRIPT_KINDS:
-                    lines.extend(format_event(kind, _loads(text)))
+                    lines.extend(format_event(kind, json_object(text)))
         self._watch_attempt = shown[-1]["id"]
         return lines
 
@@ -972,171 +803,3 @@ class Poller(threading.Thread):
         with self.lock:
             for feed in self.feeds:
                 feed.shutdown()
-
-
-# -- one-shot queries for the detail, hosts and history screens (run in worker threads) ------------
-def job_detail(db_path: Path, job_id: int) -> dict[str, Any]:
-    """A job's attempts, its latest tier results with evidence, its logs and work dir."""
-    reader = Reader(db_path)
-    try:
-        job = reader.rows("SELECT * FROM jobs WHERE id = ?", (job_id,))
-        attempts = reader.rows("SELECT * FROM attempts WHERE job_id = ? ORDER BY number", (job_id,))
-        full = [attempt for attempt in attempts if _scope(attempt) == "job"]
-        latest = full[-1] if full else (attempts[-1] if attempts else None)
-        shown = [attempt for attempt in attempts if latest is not None and attempt["number"] >= latest["number"]]
-        scorings = reader.scorings(job[0]["run_id"]) if job else []
-        scoring = resolve_scoring(scorings, "latest") if scorings else None
-        where, params = scoring.where() if scoring is not None else ("1", ())
-        results: dict[str, dict[str, Any]] = {}
-        for row in reader.rows(
-            f"SELECT * FROM tier_results WHERE job_id = ? AND {where} ORDER BY id", (job_id, *params)
-        ):
-            if (latest is not None and latest["state"] == "running" and row["attempt_id"] != latest["id"]
-                    and scoring is not None and scoring.original):
-                continue  # a running attempt shows its own results, not the previous attempt's
-            row["evidence"] = _loads(row.pop("evidence_json"))
-            results[row["tier"]] = row
-        logs = []
-        for attempt in shown:
-            for row in reader.rows("SELECT name, stream, path, nbytes, nlines FROM logs WHERE attempt_id = ? ORDER BY id",
-                                   (attempt["id"],)):
-                row["attempt"] = attempt["number"]
-                logs.append(row)
-        try:
-            # the kept state's findings: from its job attempt and every re-run or rescore on it since
-            findings = reader.rows(
-                "SELECT f.kind, f.path, f.action, f.detail_json FROM findings f JOIN attempts a ON a.id = f.attempt_id"
-                " WHERE f.job_id = ? AND a.number >= ? GROUP BY f.kind, f.path ORDER BY MIN(f.id)",
-                (job_id, latest["number"])) if latest else []
-        except sqlite3.OperationalError:  # a store from before integrity findings, opened read-only
-            findings = []
-        for row in findings:
-            row["detail"] = _loads(row.pop("detail_json"))
-        phases = reader.rows("SELECT name, status, started_at, finished_at, reason FROM phases WHERE attempt_id = ?"
-                             " ORDER BY id", (latest["id"],)) if latest else []
-        run = reader.run(job[0]["run_id"]) if job else None
-        options = _loads(run["options_json"]) if run else {}
-    finally:
-        reader.close()
-    files = []
-    if latest is not None and latest.get("workdir"):
-        log_dir = Path(latest["workdir"]).parent / "logs"
-        known = {row["path"] for row in logs}
-        if log_dir.is_dir():  # a running command's raw files exist before the `logs` table lists them
-            for path in sorted(log_dir.iterdir(), key=lambda p: p.stat().st_mtime):
-                if str(path) not in known and path.suffix in (".stdout", ".stderr"):
-                    files.append({"name": path.stem, "stream": path.suffix[1:], "path": str(path),
-                                  "nbytes": path.stat().st_size, "nlines": None, "attempt": None})
-    return {"job": job[0] if job else None, "attempts": attempts, "attempt": latest, "results": results,
-            "logs": logs + files, "phases": phases, "tiers": tuple(options.get("tiers", ALL_TIERS)),
-            "findings": findings,
-            "scoring": scoring_header(scoring, scorings) if scoring is not None else ""}
-
-
-def read_tail(path: str | Path, limit: int = 256 * 1024) -> tuple[list[str], int]:
-    """The last `limit` bytes of a file as lines, and the offset read up to."""
-    try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            handle.seek(max(0, size - limit))
-            data = handle.read()
-    except OSError as error:
-        return [f"(cannot read {path}: {error.strerror})"], 0
-    lines = data.decode(errors="replace").splitlines()
-    if size > limit and lines:
-        lines[0] = f"(… {size - limit:,} earlier bytes not shown)"
-    return lines, size
-
-
-def read_more(path: str | Path, offset: int, limit: int = 1 << 20) -> tuple[str, int]:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            data = handle.read(limit)
-    except OSError:
-        return "", offset
-    return data.decode(errors="replace"), offset + len(data)
-
-
-def leases(db_path: Path, run_id: str) -> dict[tuple[str, int], dict[str, Any]]:
-    """Open leases of a run: (host, gpu) -> job key and attempt."""
-    reader = Reader(db_path)
-    try:
-        rows = reader.rows(
-            "SELECT l.host, l.gpus, l.job_id, j.key, a.number FROM leases l JOIN jobs j ON j.id = l.job_id"
-            " JOIN attempts a ON a.id = l.attempt_id WHERE l.run_id = ? AND l.ended_at IS NULL", (run_id,))
-    finally:
-        reader.close()
-    out = {}
-    for row in rows:
-        for gpu in (row["gpus"] or "").split(","):
-            if gpu.strip().isdigit():
-                out[(row["host"], int(gpu))] = row
-    return out
-
-
-def history(db_path: Path) -> list[dict[str, Any]]:
-    """Every run with its job counts, per-tier pass/judged counts (latest result per job and tier),
-    tokens, cost and duration."""
-    reader = Reader(db_path)
-    try:
-        runs = [{key: value for key, value in row.items() if key != "spec_json"} for row in reader.rows("SELECT * FROM runs ORDER BY created_at DESC")]
-        counts: dict[str, dict[str, int]] = {}
-        for row in reader.rows("SELECT run_id, state, COUNT(*) AS n FROM jobs GROUP BY run_id, state"):
-            counts.setdefault(row["run_id"], {})[row["state"]] = row["n"]
-        tiers: dict[str, dict[str, dict[str, int]]] = {}
-        for row in _latest_tier_counts(reader):
-            tiers.setdefault(row["run_id"], {}).setdefault(row["tier"], {})[row["status"]] = row["n"]
-        usage = {row["run_id"]: row for row in reader.rows(
-            "SELECT run_id, SUM(input_tokens + cached_input_tokens + cache_write_tokens + output_tokens) AS tokens,"
-            " SUM(cost_usd) AS cost, COUNT(cost_usd) AS priced, COUNT(*) AS n FROM usage GROUP BY run_id")}
-    finally:
-        reader.close()
-    for run in runs:
-        run["counts"] = counts.get(run["id"], {})
-        run["jobs"] = sum(run["counts"].values())
-        run["tiers"] = tiers.get(run["id"], {})
-        spent = usage.get(run["id"]) or {}
-        run["tokens"] = spent.get("tokens") or 0
-        run["cost"], run["cost_partial"] = spend(spent.get("cost"), spent.get("priced") or 0, spent.get("n") or 0)
-        run["live"] = engine_alive(run)
-    return runs
-
-
-def _latest_tier_counts(reader: Reader) -> list[dict[str, Any]]:
-    """Per run, tier and status: how many jobs have that latest result in the run's latest scoring."""
-    if reader.version < SCORINGS_SCHEMA:
-        return reader.rows(
-            "SELECT t.run_id, t.tier, t.status, COUNT(*) AS n FROM tier_results t"
-            " JOIN (SELECT MAX(id) AS id FROM tier_results GROUP BY job_id, tier) m ON m.id = t.id"
-            " GROUP BY t.run_id, t.tier, t.status")
-    # Scoring 0 is the original (a NULL scoring_id); each run counts only its newest finished scoring.
-    latest = {row["run_id"]: row["number"] for row in reader.rows(
-        "SELECT run_id, MAX(number) AS number FROM scorings WHERE state = 'done' GROUP BY run_id")}
-    rows = reader.rows(
-        "SELECT t.run_id, COALESCE(s.number, 0) AS scoring, t.tier, t.status, COUNT(*) AS n FROM tier_results t"
-        " LEFT JOIN scorings s ON s.id = t.scoring_id"
-        " JOIN (SELECT MAX(t2.id) AS id FROM tier_results t2 LEFT JOIN scorings s2 ON s2.id = t2.scoring_id"
-        "       GROUP BY t2.job_id, t2.tier, COALESCE(s2.number, 0)) m ON m.id = t.id"
-        " GROUP BY t.run_id, scoring, t.tier, t.status")
-    return [row for row in rows if row["scoring"] == latest.get(row["run_id"], 0)]
-
-
-def compare(db_path: Path, run_ids: list[str]) -> dict[str, Any]:
-    """repo/agent × run: the latest status of each tier, each run in its latest scoring."""
-    reader = Reader(db_path)
-    try:
-        cells: dict[tuple[str, str], dict[str, dict[str, str]]] = {}
-        for run_id in run_ids:
-            for row in reader.rows("SELECT id, repo_id, agent FROM jobs WHERE run_id = ?", (run_id,)):
-                cells.setdefault((row["repo_id"], row["agent"]), {})[run_id] = {}
-            where, params = resolve_scoring(reader.scorings(run_id), "latest").where("t.scoring_id")
-            for row in reader.rows(
-                "SELECT j.repo_id, j.agent, t.tier, t.status FROM jobs j JOIN tier_results t ON t.job_id = j.id"
-                f" WHERE j.run_id = ? AND {where} ORDER BY t.id", (run_id, *params)
-            ):
-                cells[(row["repo_id"], row["agent"])][run_id][row["tier"]] = row["status"]
-        runs = {run_id: reader.run(run_id) for run_id in run_ids}
-    finally:
-        reader.close()
-    return {"runs": runs, "cells": cells}

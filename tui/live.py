@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..engine.wording import counted
 
 if TYPE_CHECKING:
-    from ..engine.lifecycle import AttemptOutcome
+    from ..engine.attempt import AttemptOutcome
 
 
 class QueueDisplay:
@@ -39,7 +39,7 @@ class EngineThread(threading.Thread):
     """Runs `Engine.execute()` in its own event loop; `stop()` is the dashboard's Ctrl-C."""
 
     def __init__(self, db_path: Path, run_id: str, *, jobs_limit: int | None = None) -> None:
-        from ..engine.scheduler import Engine  # only `resenv run --display tui` needs the engine
+        from ..engine.run.scheduler import Engine  # only `resenv run --display tui` needs the engine
 
         super().__init__(name="resenv-engine", daemon=False)
         self.run_id = run_id

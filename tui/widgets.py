@@ -28,10 +28,11 @@ from textual.widgets.data_table import ColumnKey, DuplicateKey, Row, RowKey
 
 from ..engine.money import usd
 from ..engine.outcomes import errors_text
-from .data import ALL_TIERS, PYRAMID, STALE_SAMPLE_S, HostView, JobView, Sample, displayed_tiers
+from .data import STALE_SAMPLE_S
+from .views import ALL_TIERS, PYRAMID, HostView, JobView, Sample, displayed_tiers
 
 if TYPE_CHECKING:
-    from ..engine.scoring import AgentScore, RunScores
+    from ..engine.results.scoring import AgentScore, RunScores
 
 # -- tier glyphs ------------------------------------------------------------------------------
 GLYPH = {"pass": "✓", "fail": "✗", "skip": "–", "error": "!", "running": "◐", "pending": "·", None: " "}
@@ -594,7 +595,7 @@ class FollowLog(Log):
 
 # -- transcript highlighting ------------------------------------------------------------------
 class TranscriptHighlighter(Highlighter):
-    """Colours transcript lines by the marker they start with (see engine/eventtext.py `format_event`)."""
+    """Colours transcript lines by the marker they start with (see engine/results/eventtext.py `format_event`)."""
 
     RULES: tuple[tuple[re.Pattern[str], Style], ...] = (
         (re.compile(r"^── .*"), Style(color="cyan", bold=True)),

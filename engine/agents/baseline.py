@@ -1,7 +1,8 @@
 """The `baseline` agent: resenv's built-in rule-based agent (no LLM), honest about what it measured.
 
 The work is done by ONE stdlib-only script, `baseline_agent.py` beside this file (its docstring has
-the steps and the event schema). The adapter stages it into the job's work dir, with the judges'
+the steps and the event schema), and its parts in `baseline_kit/`. The adapter stages both into the
+job's work dir, with the judges'
 modules it shares (`probes/buildinfo.py`, `probes/classifier.py`, `probes/localroots.py`) beside
 it as one package, and runs it there, so the
 sandbox's timeout, pause and kill reach it and everything it starts. Its driver (Python >=
@@ -32,9 +33,10 @@ from typing import Any
 from ... import probes
 from ..sandbox.base import OutputLine
 from .base import AgentCommand, JobPaths
-from .baseline_agent import SHARED_MODULES, SHARED_STAGED
+from .baseline_kit.shared import SHARED_MODULES, SHARED_STAGED
 
 SCRIPT = Path(__file__).with_name("baseline_agent.py")
+KIT = Path(__file__).with_name("baseline_kit")
 STAGED = ".resenv-agent/baseline_agent.py"
 
 # Event types and the fields the script emits (see baseline_agent.py); anything else is kept raw.
@@ -101,12 +103,15 @@ def _names_local_path(value: str) -> bool:
 
 
 def staged_files() -> dict[str, bytes]:
-    """The script and, beside it as one package, the judges' modules it shares (build reader,
-    failure classifier): relative path in the work dir -> content."""
+    """The script, its kit beside it (`baseline_kit/`), and, beside both as one package, the judges'
+    modules it shares (build reader, failure classifier, the repo's own modules): relative path in
+    the work dir -> content."""
     probes_dir = Path(probes.__file__).parent
     shared = Path(STAGED).with_name(SHARED_STAGED)
-    files = {STAGED: SCRIPT.read_bytes(),
-             str(shared / "__init__.py"): b'"""resenv\'s judge modules, staged for the baseline agent."""\n'}
+    files = {STAGED: SCRIPT.read_bytes()}
+    for part in sorted(KIT.glob("*.py")):
+        files[str(Path(STAGED).with_name(KIT.name) / part.name)] = part.read_bytes()
+    files[str(shared / "__init__.py")] = b'"""resenv\'s judge modules, staged for the baseline agent."""\n'
     for name in SHARED_MODULES:
         files[str(shared / f"{name}.py")] = (probes_dir / f"{name}.py").read_bytes()
     return files

@@ -40,9 +40,10 @@ import inspect
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
 from ...probes.capture import read_head
+from ..attempt import Attempt, AttemptError
 from ..sandbox.base import ExecResult, OutputLine
 from ..secrets import registry
 from .api_errors import describe, hopeless
@@ -51,8 +52,6 @@ from .prompt import prompt_event, render_prompt
 from .transcript import unknown
 from .usage import Usage, UsageLedger, run_spend, usage_row_sql
 
-if TYPE_CHECKING:
-    from ..lifecycle import JobAttempt
 
 USAGE_EVERY_S = 0.5
 LIVE_USAGE_POLL_S = 0.1  # a new usage record is seen this soon (a read of nothing new costs one stat)
@@ -63,7 +62,7 @@ ROLLOUT_DRAIN_CHUNKS = 16  # at most this many 4 MiB chunks of an agent's own lo
 
 
 class AgentSession:
-    def __init__(self, attempt: JobAttempt, adapter: Any) -> None:
+    def __init__(self, attempt: Attempt, adapter: Any) -> None:
         self.attempt = attempt
         self.adapter = adapter
         self.sink = attempt.sink
@@ -107,8 +106,6 @@ class AgentSession:
             self.sink.emit("agent_prompt", prompt_event(prompt, source, where if template is not None else None))
         secrets = getattr(self.adapter, "secrets", None)
         if secrets is not None and secrets.problems:
-            from ..lifecycle import AttemptError  # (lifecycle imports this module's package)
-
             message = f"agent {self.attempt.job['agent']!r}: secrets missing: " + "; ".join(secrets.problems)
             self.sink.emit("error", {"category": "secrets", "message": message})
             raise AttemptError(message, "infra")

@@ -276,8 +276,6 @@ class DockerSandbox:
                 raise SandboxError("sandbox is closed")
             started = time.perf_counter()
             if self.host is not None and getattr(self.host, "kind", "local") == "ssh":
-                from .docker import forward_docker_socket
-
                 await forward_docker_socket(self.host)
             # in a worker thread: the client asks the daemon for its API version, and a remote
             # daemon's forwarded socket is served by this event loop
@@ -308,7 +306,7 @@ class DockerSandbox:
         checkpoint ends the re-run (`CheckpointGone`); otherwise return (the caller re-raises)."""
         import docker.errors
 
-        from .docker_preflight import IMAGE_FIX, setup_failure
+        from .docker_failures import IMAGE_FIX, setup_failure
 
         cause = error.__cause__ if error.__cause__ is not None else error
         if isinstance(cause, docker.errors.ImageNotFound):

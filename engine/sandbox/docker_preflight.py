@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .docker import LABEL_MANAGED, LABEL_RUN, container_kwargs
+from .docker_failures import IMAGE_FIX, explanation, setup_failure
 
 LABEL_PREFLIGHT = "resenv.preflight"
 # every exec is `setsid sh -c '... mkdir; env -i ... timeout ...'`; the checkout is a git clone; the probes
@@ -33,8 +33,6 @@ NEEDED_PYTHON = (3, 11)  # the built-in baseline agent's driver
 PROBE = ("for t in " + " ".join(NEEDED_TOOLS) + "; do command -v $t >/dev/null 2>&1 || echo missing=$t; done; "
          "python3 -c 'import sys; print(\"python3=%d.%d.%d\" % sys.version_info[:3])' 2>/dev/null; exit 0")
 WAIT_S = 120
-IMAGE_FIX = ("build one there with `resenv image build --tag {image}` (README: A docker host, step by step),"
-             " or `docker load` it; resenv never pulls")
 
 
 @dataclass
@@ -66,32 +64,6 @@ def daemon_url(socket_path: str | None, remote: bool = False) -> str:
     if remote:
         return "unix:///var/run/docker.sock"
     return os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-
-
-def explanation(error: BaseException) -> str:
-    """The daemon's own words for an SDK error, on one line (not the request URL around them)."""
-    text = getattr(error, "explanation", None) or str(error)
-    if isinstance(text, bytes):
-        text = text.decode(errors="replace")
-    return " ".join(str(text).split())
-
-
-def setup_failure(error: BaseException, options: Any) -> str | None:
-    """Cause and fix when starting a container failed in a way that no retry can mend, else None."""
-    text = explanation(error)
-    if re.search(r"setting rlimit|rlimit type 8", text):
-        limit = "unlimited" if options.memlock == -1 else f"{options.memlock} bytes"
-        return (f"the docker daemon may not raise the containers' memlock limit to {limit} ({text}): it lacks "
-                "CAP_SYS_RESOURCE or its own limit is lower; leave `docker.memlock` unset (the default) or set it"
-                " no higher than the daemon's limit")
-    if re.search(r"could not select device driver|unknown or invalid runtime", text):
-        return (f"the docker daemon cannot give containers GPUs ({text}): install the NVIDIA Container Toolkit and"
-                " register its runtime (`nvidia-ctk runtime configure --runtime=docker`), then restart dockerd")
-    if re.search(r"No such image|not found: manifest unknown|pull access denied", text, re.I):
-        return None  # the caller names the image (a job's or a checkpoint's)
-    if re.search(r"invalid (argument|user)|unable to find user|no matching entries in passwd", text, re.I):
-        return f"the docker daemon refuses the container's settings ({text}): fix the host's `docker:` options"
-    return None
 
 
 def run_preflight(client_factory: Callable[[], Any], image: str, options: Any, *, host: str, run_id: str,

@@ -38,11 +38,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import asyncssh
 
-from ..remote import HostDown, SshConnection
+from .remote import HostDown, SshConnection
 from .base import ExecResult, HostSetupError, OutputLine, SandboxError, SandboxPathError
 from .common import (
     LEFTOVER_GRACE_S,
@@ -65,10 +65,23 @@ from .common import (
     wait_done,
 )
 
-if TYPE_CHECKING:
-    from ..hosts_ssh import SshHost
-
 log = logging.getLogger(__name__)
+
+
+class RemoteHost(Protocol):
+    """What a remote sandbox needs of its SSH host (`hosts.ssh.SshHost`): the connection, the process
+    groups it must know to kill after a reconnect, and the copies it makes on the host."""
+
+    name: str
+    connection: SshConnection
+
+    def note_group(self, pgid: int, workdir: Path) -> None: ...
+
+    def note_orphan(self, pgid: int, workdir: Path) -> None: ...
+
+    async def push_tree(self, src: Path, target: str) -> None: ...
+
+    async def stage_pristine(self, path: Path) -> None: ...
 
 
 @dataclass(eq=False, kw_only=True)
@@ -80,7 +93,7 @@ class RemoteProcessSandbox:
     """A process sandbox whose commands run on an SSH host (see the module docstring)."""
     output_redacted = True  # its output reaches the raw files through OutputSink: redacted as it streams
 
-    def __init__(self, host: SshHost, workdir: Path, base_env: Mapping[str, str] | None = None,
+    def __init__(self, host: RemoteHost, workdir: Path, base_env: Mapping[str, str] | None = None,
                  term_grace_s: float = 5.0) -> None:
         self.host = host
         self.connection: SshConnection = host.connection

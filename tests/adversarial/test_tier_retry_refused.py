@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from resenv.engine.store import insert_control
+from resenv.engine.store.db import insert_control
 
 from ..conftest import RESENV, resenv, wait_for, write_benchmark
 from ..conftest import rows as db_rows

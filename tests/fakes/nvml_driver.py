@@ -1,7 +1,7 @@
 """A FAKE NVIDIA driver behind nvidia-ml-py's ``pynvml`` API, for tests on machines without a GPU.
 
 The engine loads this file in place of ``pynvml`` only when ``RESENV_FAKE_PYNVML`` names it (see
-``resenv.engine.telemetry.load_pynvml``); nothing else ever selects it. Its state is a directory,
+``resenv.engine.hosts.telemetry.load_pynvml``); nothing else ever selects it. Its state is a directory,
 ``RESENV_FAKE_NVML_DIR``:
 
 * ``gpus`` holds the number of GPUs; without it ``nvmlInit`` fails as NVML does without a driver.

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 here = Path(__file__).resolve().parent.parent.parent
-spec = importlib.util.spec_from_file_location("telemetry", here / "engine" / "telemetry.py")
+spec = importlib.util.spec_from_file_location("telemetry", here / "engine" / "hosts" / "telemetry.py")
 telemetry = importlib.util.module_from_spec(spec)
 sys.modules["telemetry"] = telemetry
 spec.loader.exec_module(telemetry)

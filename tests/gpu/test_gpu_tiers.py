@@ -27,7 +27,7 @@ def test_gpu_tiers_on_a_real_gpu(tmp_path):
         pytest.skip(f"no CUDA interpreter at {GPU_PYTHON}")
     env = dict(os.environ, RESENV_HOME=str(tmp_path), NCCL_NVLS_ENABLE="0")
     run = subprocess.run(
-        [sys.executable, "-m", "resenv.engine.cli", "run", str(BENCHMARK), "--agent", "preinstalled",
+        [sys.executable, "-m", "resenv.engine.cli.main", "run", str(BENCHMARK), "--agent", "preinstalled",
          "--agent", "cuda-hidden-overclaim", "--repo", "torch-ddp", "--repo", "gpu-oom", "--tiers", "C2,C3,C4,C5",
          "--display", "none"], env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr

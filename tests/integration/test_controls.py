@@ -19,7 +19,7 @@ MAIN = "print('ok')\n"
 
 def no_tiers() -> list[str]:
     """`--tiers none` where the CLI has it: these tests are about scheduling, not about scoring."""
-    from resenv.engine import cli
+    from resenv.engine.cli import main as cli
 
     return ["--tiers", "none"] if any("--tiers" in param.opts for param in cli.run.params) else []
 

@@ -26,7 +26,7 @@ from .test_ssh_hosts import MAIN, bench_text, rows
 pytestmark = [pytest.mark.skipif(not docker_available(), reason="needs root, docker.io and the docker SDK"),
               pytest.mark.timeout(300)]
 
-CLI = [sys.executable, "-m", "resenv.engine.cli"]
+CLI = [sys.executable, "-m", "resenv.engine.cli.main"]
 CAP_SYS_RESOURCE = 24
 
 
@@ -194,7 +194,7 @@ def test_a_tier_retry_after_prune_is_refused_up_front_with_the_reason(dockerd, t
 
 
 def test_an_image_without_the_tools_every_command_needs_is_named_with_what_it_lacks(dockerd, tmp_path):
-    from resenv.engine.image_build import copy_into, shared_libraries
+    from resenv.engine.sandbox.docker_image import copy_into, shared_libraries
 
     from ..docker_rig import import_image
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine.hosts import Host
+from resenv.engine.hosts.pool import Host
 from resenv.engine.sandbox.base import SandboxPathError
 from resenv.engine.sandbox.docker import LABEL_RUN, DockerSandbox, prune, reap
 from resenv.engine.spec import LocalHost
@@ -237,7 +237,7 @@ def test_jobs_run_end_to_end_in_containers_through_the_engine(dockerd, tmp_path)
     bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}, "two": {"main.py": MAIN}})
     env = dict(os.environ, RESENV_DB=str(tmp_path / "store.db"), RESENV_DATA_DIR=str(tmp_path / "data"),
                DOCKER_HOST=dockerd.socket)
-    done = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--host", "box",
+    done = subprocess.run([sys.executable, "-m", "resenv.engine.cli.main", "run", str(bench), "--host", "box",
                            "--display", "plain", "--tiers", "C1,C5"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -266,7 +266,7 @@ def test_c0_judges_the_container_and_a_tier_retry_after_the_run_ended_reopens_it
     bench = bench_text(tmp_path, hosts, {"one": repo}, agent=C0_AGENT)
     env = dict(os.environ, RESENV_DB=str(tmp_path / "store.db"), RESENV_DATA_DIR=str(tmp_path / "data"),
                DOCKER_HOST=dockerd.socket)
-    cli = [sys.executable, "-m", "resenv.engine.cli"]
+    cli = [sys.executable, "-m", "resenv.engine.cli.main"]
     done = subprocess.run([*cli, "run", str(bench), "--host", "box", "--display", "plain", "--tiers", "C0"],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -310,7 +310,7 @@ def test_jobs_run_in_containers_on_an_ssh_host_through_the_forwarded_docker_sock
         bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}})
         env = dict(os.environ, RESENV_DB=str(tmp_path / "store.db"), RESENV_DATA_DIR=str(tmp_path / "data"))
         env.pop("DOCKER_HOST", None)  # the engine reaches this daemon only through the SSH host
-        done = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--host", "far",
+        done = subprocess.run([sys.executable, "-m", "resenv.engine.cli.main", "run", str(bench), "--host", "far",
                                "--display", "plain", "--tiers", "C1,C5"], env=env, cwd=tmp_path,
                               capture_output=True, text=True, timeout=240)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -322,7 +322,7 @@ def test_jobs_run_in_containers_on_an_ssh_host_through_the_forwarded_docker_sock
         assert dockerd.client().containers.list(all=True, filters={"label": f"resenv.run={run_id}"}) == []
         # its checkpoint is kept for tier retries until `resenv prune`, which reaches the daemon over SSH
         assert len(dockerd.client().images.list(filters={"label": f"resenv.run={run_id}"})) == 1
-        pruned = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "prune", run_id], env=env, cwd=tmp_path,
+        pruned = subprocess.run([sys.executable, "-m", "resenv.engine.cli.main", "prune", run_id], env=env, cwd=tmp_path,
                                 capture_output=True, text=True, timeout=60)
         assert pruned.returncode == 0 and "far: removed 1 image," in pruned.stdout, pruned.stdout + pruned.stderr
         assert dockerd.client().images.list(filters={"label": f"resenv.run={run_id}"}) == []
@@ -336,7 +336,7 @@ def test_a_rescore_judges_each_checkpoint_in_a_fresh_container_and_names_a_prune
     bench = bench_text(tmp_path, hosts, {"one": {"main.py": MAIN}, "two": {"main.py": MAIN}})
     env = dict(os.environ, RESENV_DB=str(tmp_path / "store.db"), RESENV_DATA_DIR=str(tmp_path / "data"),
                DOCKER_HOST=dockerd.socket)
-    cli = [sys.executable, "-m", "resenv.engine.cli"]
+    cli = [sys.executable, "-m", "resenv.engine.cli.main"]
     done = subprocess.run([*cli, "run", str(bench), "--host", "box", "--display", "plain", "--tiers", "C1,C5"],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine.store import StoreReader
+from resenv.engine.store.db import StoreReader
 
 from ..conftest import RESENV, resenv, wait_for, write_benchmark
 from ..conftest import rows as db_rows

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from resenv.engine.cli import main
+from resenv.engine.cli.main import main
 from resenv.tui.data import RunFeed
 
 from ..conftest import resenv, rows, write_benchmark

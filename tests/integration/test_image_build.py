@@ -17,7 +17,7 @@ from .test_ssh_hosts import MAIN, bench_text, rows
 pytestmark = [pytest.mark.skipif(not docker_available(), reason="needs root, docker.io and the docker SDK"),
               pytest.mark.timeout(300)]
 
-CLI = [sys.executable, "-m", "resenv.engine.cli"]
+CLI = [sys.executable, "-m", "resenv.engine.cli.main"]
 
 
 def test_image_build_from_this_machine_makes_an_image_jobs_run_in(dockerd, tmp_path):

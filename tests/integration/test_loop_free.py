@@ -17,9 +17,9 @@ import json
 import time
 from pathlib import Path
 
-from resenv.engine.display import NoDisplay
+from resenv.engine.cli.display import NoDisplay
 from resenv.engine.runs import RunPlan, create_run
-from resenv.engine.scheduler import Engine
+from resenv.engine.run.scheduler import Engine
 from resenv.engine.spec import load_benchmark
 
 from ..big_repo import REPORTING_AGENTS, big_repo

@@ -27,8 +27,8 @@ def test_wheel_installs_into_a_fresh_venv_and_runs(tmp_path):
     for command in ("run", "runs", "show", "validate", "control"):
         assert command in out.stdout
     where = subprocess.run(
-        [str(python), "-c", "import resenv.engine.cli, resenv.engine.sandbox.process, resenv.probes, resenv.tui;"
-         " print(resenv.engine.cli.__file__)"],
+        [str(python), "-c", "import resenv.engine.cli.main, resenv.engine.sandbox.process, resenv.probes, resenv.tui;"
+         " print(resenv.engine.cli.main.__file__)"],
         capture_output=True, text=True, cwd=tmp_path,
     )
     assert where.returncode == 0, where.stderr

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from resenv.engine.gpuwatch import SmiWatch
-from resenv.engine.remote import SshConnection, SshTarget
-from resenv.engine.telemetry import NO_DRIVER, SMI_STREAM, SmiStreamSampler
+from resenv.engine.sandbox.remote import SshConnection, SshTarget
+from resenv.engine.hosts.telemetry import NO_DRIVER, SMI_STREAM, SmiStreamSampler
 
 from ..conftest import cli_environ, rows
 from ..fakes.nvml import FakeDriverDir
@@ -99,7 +99,7 @@ def test_engine_samples_a_remote_gpu_host_into_the_store(tmp_path):
         text = bench.read_text().replace(
             "echo agent on", "python3 -c 'import time; time.sleep(5)' resenv-gpu-marker; echo agent on")
         bench.write_text(text)
-        done = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--host", "gpubox",
+        done = subprocess.run([sys.executable, "-m", "resenv.engine.cli.main", "run", str(bench), "--host", "gpubox",
                                "--display", "plain", "--tiers", "C1"], env=cli_environ(tmp_path), cwd=tmp_path,
                               capture_output=True, text=True, timeout=90)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -185,7 +185,7 @@ def test_engine_judges_gpu_use_on_an_ssh_host(tmp_path):
         bench.write_text(bench.read_text().replace(
             "      not_applicable: {single_gpu: no GPU code, multi_gpu: no GPU code}\n",
             '        single_gpu: {command: "{python} main.py"}\n      not_applicable: {multi_gpu: single GPU}\n'))
-        done = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--host", "gpubox",
+        done = subprocess.run([sys.executable, "-m", "resenv.engine.cli.main", "run", str(bench), "--host", "gpubox",
                                "--display", "plain", "--tiers", "C3"], env=cli_environ(tmp_path), cwd=tmp_path,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr

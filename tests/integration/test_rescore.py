@@ -17,7 +17,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from resenv.engine import tiers
-from resenv.engine.cli import main
+from resenv.engine.cli.main import main
 from resenv.probes import rules
 from resenv.probes.classifier import Classification
 
@@ -123,7 +123,7 @@ def test_rescore_judges_the_kept_states_into_a_new_scoring(tmp_path, cli_env, mo
     assert wrong.returncode != 0 and "rescore 1" in wrong.stderr
 
     # The dashboard's data layer reads the same scoring.
-    from resenv.tui import data
+    from resenv.tui import data, queries
 
     feed = data.RunFeed(db, run_id)
     feed.load()
@@ -132,7 +132,7 @@ def test_rescore_judges_the_kept_states_into_a_new_scoring(tmp_path, cli_env, mo
         "one/a": {"C1": "fail", "C5": "pass"}, "two/a": {"C1": "pass", "C5": "pass"}, "gone/a": {}}
     assert feed.scores is not None and feed.scores.header() == header
     feed.shutdown()
-    detail = data.job_detail(db, next(job.id for job in feed.jobs.values() if job.key == "two/a"))
+    detail = queries.job_detail(db, next(job.id for job in feed.jobs.values() if job.key == "two/a"))
     assert detail["results"]["C1"]["status"] == "pass" and detail["scoring"] == header
 
     # Text output: the changed tiers and nothing else, then the pass rates per agent.

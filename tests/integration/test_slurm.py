@@ -13,8 +13,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from resenv.engine.slurm.client import LocalRunner, SlurmClient
-from resenv.engine.slurm.host import build_slurm_host
+from resenv.engine.hosts.slurm.client import LocalRunner, SlurmClient
+from resenv.engine.hosts.slurm.host import build_slurm_host
 from resenv.engine.spec import SlurmHost as SlurmSpec
 
 from ..slurm_rig import make_cluster, slurm_available

@@ -27,7 +27,7 @@ from .test_ssh_hosts import MAIN, bench_text
 pytestmark = [pytest.mark.skipif(not sshd_available(), reason="needs root and openssh-server"),
               pytest.mark.timeout(240)]
 
-RESENV = [sys.executable, "-m", "resenv.engine.cli"]
+RESENV = [sys.executable, "-m", "resenv.engine.cli.main"]
 
 
 def run(bench: Path, env: dict[str, str], cwd: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -27,7 +27,7 @@ from ..sshd_rig import NetLab, make_sshd, netns_available, sshd_available
 pytestmark = [pytest.mark.skipif(not sshd_available(), reason="needs root and openssh-server"),
               pytest.mark.timeout(240)]
 
-RESENV = [sys.executable, "-m", "resenv.engine.cli"]
+RESENV = [sys.executable, "-m", "resenv.engine.cli.main"]
 MAIN = "import sys\nprint('main ran on', sys.executable)\n"
 
 AGENT = """\
@@ -235,7 +235,7 @@ def test_host_dies_mid_job_and_the_job_finishes_on_another_host(tmp_path, lab, f
 
 # ------------------------------------------------------------------ connection: channels, reconnect
 async def test_execs_beyond_max_sessions_wait_for_a_channel_and_all_succeed(tmp_path):
-    from resenv.engine.hosts_ssh import build_ssh_host
+    from resenv.engine.hosts.ssh import build_ssh_host
     from resenv.engine.spec import SshHost as SshSpec
 
     server = make_sshd(tmp_path / "sshd", max_sessions=5)
@@ -257,7 +257,7 @@ async def test_execs_beyond_max_sessions_wait_for_a_channel_and_all_succeed(tmp_
 
 
 async def test_a_lost_connection_marks_the_host_down_and_the_monitor_brings_it_back(tmp_path):
-    from resenv.engine.remote import SshConnection, SshTarget
+    from resenv.engine.sandbox.remote import SshConnection, SshTarget
 
     server = make_sshd(tmp_path / "sshd")
     states = []

@@ -89,7 +89,7 @@ class NullWriter:
 def session_for(kind: str, tmp: Path):
     from resenv.engine.agents import adapter_for
     from resenv.engine.agents.session import AgentSession
-    from resenv.engine.lifecycle import EventSink
+    from resenv.engine.attempt import EventSink
     from resenv.engine.spec import loads_benchmark
 
     agent = {"claude-code": "{kind: claude-code, model: claude-sonnet-4-5}", "codex": "{kind: codex, model: gpt-5-codex}",
@@ -214,7 +214,7 @@ def ingest(args: argparse.Namespace) -> dict[str, Any]:
         env = {**os.environ, "RESENV_DB": str(tmp / "store.db"), "RESENV_DATA_DIR": str(tmp / "data")}
         if pu.SOURCE_TREE:
             env["RESENV_PERF_SRC"] = pu.SOURCE_TREE
-        argv = [sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--tiers", "none", "--display", "none"]
+        argv = [sys.executable, "-m", "resenv.engine.cli.main", "run", str(bench), "--tiers", "none", "--display", "none"]
         started = time.monotonic()
         proc = subprocess.Popen(argv, env=env, cwd=tmp)
         samples = []

@@ -41,8 +41,8 @@ from typing import Any
 
 import _perfutil as pu
 
-from resenv.engine.store import StoreReader, StoreWriter
-from resenv.engine.store import _encode as encode_event  # the very encoder writer.event() calls
+from resenv.engine.store.db import StoreReader, StoreWriter
+from resenv.engine.store.db import _encode as encode_event  # the very encoder writer.event() calls
 
 NAME = "perf_event_ingest"
 TARGET = 50_000

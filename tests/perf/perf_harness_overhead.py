@@ -68,7 +68,7 @@ SCRIPT = Path(__file__).resolve()
 
 def child(argv: list[str]) -> None:
     """`resenv <argv>` in this process; with PERF_PROFILE=<file>, under cProfile, stats dumped there."""
-    from resenv.engine.cli import main as cli_main
+    from resenv.engine.cli.main import main as cli_main
 
     profile_to = os.environ.get("PERF_PROFILE")
     if not profile_to:

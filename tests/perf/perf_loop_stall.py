@@ -38,9 +38,9 @@ import _perfutil as pu
 
 from resenv.engine.censuses import CensusCache, census_of
 from resenv.engine.checkout import Pristine
-from resenv.engine.display import NoDisplay
+from resenv.engine.cli.display import NoDisplay
 from resenv.engine.runs import RunPlan, create_run
-from resenv.engine.scheduler import Engine
+from resenv.engine.run.scheduler import Engine
 from resenv.engine.spec import load_benchmark
 from tests.big_repo import REPORTING_AGENTS, big_repo
 from tests.conftest import write_benchmark

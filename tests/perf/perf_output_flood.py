@@ -103,7 +103,7 @@ def flood(args: argparse.Namespace) -> dict[str, Any]:
         if pu.SOURCE_TREE:  # the child engine imports the measured tree too (the shim _perfutil made)
             env["RESENV_PERF_SRC"] = pu.SOURCE_TREE
             env["PYTHONPATH"] = os.pathsep.join(p for p in (sys.path[0], env.get("PYTHONPATH")) if p)
-        argv = [sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--tiers", "none", "--display", "none"]
+        argv = [sys.executable, "-m", "resenv.engine.cli.main", "run", str(bench), "--tiers", "none", "--display", "none"]
         started = time.monotonic()
         with open(root / "engine.out", "w") as out:
             proc = subprocess.Popen(argv, env=env, cwd=root, stdout=out, stderr=subprocess.STDOUT)
@@ -138,7 +138,7 @@ def flood(args: argparse.Namespace) -> dict[str, Any]:
         raw = Path(attempt["workdir"]).parent / "logs" / "agent.stdout"
         raw_bytes = raw.stat().st_size
         raw_lines = raw_bytes // 2  # "x\n"
-        shown = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "show"], env=env, cwd=root,
+        shown = subprocess.run([sys.executable, "-m", "resenv.engine.cli.main", "show"], env=env, cwd=root,
                                capture_output=True, text=True, timeout=60).stdout
     finally:
         pu.clean_up(root, args.keep)

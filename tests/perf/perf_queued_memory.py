@@ -66,7 +66,7 @@ def child(argv: list[str]) -> None:
             Path(dump_to).write_text("\n".join(lines) + "\n")
 
         signal.signal(signal.SIGUSR1, dump)
-    from resenv.engine.cli import main as cli_main
+    from resenv.engine.cli.main import main as cli_main
 
     cli_main(argv, prog_name="resenv")
 
@@ -88,7 +88,7 @@ def make_benchmark(root: Path, repos: int, agents: int) -> Path:
 
 def bare_import_rss() -> int:
     """RSS of an interpreter that imported the engine's modules and nothing else: the floor."""
-    code = ("import _perfutil as pu, resenv.engine.cli, resenv.engine.scheduler; "
+    code = ("import _perfutil as pu, resenv.engine.cli.main, resenv.engine.run.scheduler; "
             "print(pu.rss_bytes())")
     out = subprocess.run([sys.executable, "-c", code], cwd=pu.PERF_DIR, capture_output=True, text=True,
                          timeout=120, env={**os.environ, "PYTHONPATH": str(pu.PERF_DIR)})
@@ -164,7 +164,7 @@ def measure(root: Path, repos: int, agents: int, jobs: int, hold: float, tracema
                     if now - queued_since >= hold:
                         if cpu_at_queued is not None:
                             cpu_while_queued = (cpu_seconds(proc.pid) - cpu_at_queued) / (now - queued_since)
-                        from resenv.engine.store import StoreReader, insert_control
+                        from resenv.engine.store.db import StoreReader, insert_control
 
                         reader = StoreReader(db)
                         run_id = reader.resolve_run("latest")["id"]

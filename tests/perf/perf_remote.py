@@ -31,9 +31,9 @@ from pathlib import Path
 
 from _perfutil import summary, verdict, write_result  # sets up sys.path for resenv and tests
 
-from resenv.engine.remote import SshConnection, SshTarget
-from resenv.engine.store import StoreWriter
-from resenv.engine.telemetry import SMI_STREAM, ProcessMap, SmiStreamSampler, TelemetrySink
+from resenv.engine.sandbox.remote import SshConnection, SshTarget
+from resenv.engine.store.db import StoreWriter
+from resenv.engine.hosts.telemetry import SMI_STREAM, ProcessMap, SmiStreamSampler, TelemetrySink
 from tests.sshd_rig import make_sshd, standin_bin
 
 
@@ -95,7 +95,7 @@ async def container_starts(count: int) -> dict | None:
 
     if not docker_available():
         return None
-    from resenv.engine.hosts import Host
+    from resenv.engine.hosts.pool import Host
     from resenv.engine.sandbox.process import ProcessSandbox
     from resenv.engine.spec import LocalHost
 

@@ -19,7 +19,7 @@ from statistics import median
 
 from _perfutil import write_result
 
-from resenv.engine.store import open_for_writing
+from resenv.engine.store.db import open_for_writing
 
 JOBS_PER_AGENT, AGENTS = 1_000, 10
 STATUSES = ["pass", "pass", "pass", "fail", "skip", "error"]
@@ -78,7 +78,7 @@ def main() -> None:
             times = []
             for _ in range(5):
                 begin = time.perf_counter()
-                out = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "report", "big", "--db", str(db),
+                out = subprocess.run([sys.executable, "-m", "resenv.engine.cli.main", "report", "big", "--db", str(db),
                                       "--format", fmt], capture_output=True, text=True)
                 times.append(time.perf_counter() - begin)
                 assert out.returncode == 0, out.stderr

@@ -27,10 +27,10 @@ from _perfutil import REPO_ROOT, clean_up, summary, verdict, write_result
 
 sys.path.insert(0, str(REPO_ROOT))
 
-from resenv.engine.slurm import host as slurm_host  # noqa: E402
-from resenv.engine.slurm.client import ControllerUnavailable, SlurmClient  # noqa: E402
-from resenv.engine.slurm.host import build_slurm_host  # noqa: E402
-from resenv.engine.slurm.script import JobFiles, batch_script, sbatch_options  # noqa: E402
+from resenv.engine.hosts.slurm import host as slurm_host  # noqa: E402
+from resenv.engine.hosts.slurm.client import ControllerUnavailable, SlurmClient  # noqa: E402
+from resenv.engine.hosts.slurm.host import build_slurm_host  # noqa: E402
+from resenv.engine.hosts.slurm.script import JobFiles, batch_script, sbatch_options  # noqa: E402
 from resenv.engine.spec import SlurmHost as SlurmSpec  # noqa: E402
 from tests.slurm_rig import make_cluster, slurm_available  # noqa: E402
 

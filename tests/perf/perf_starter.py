@@ -57,7 +57,7 @@ def run_suite(bench: Path, home: Path, timeout: float) -> tuple[float, subproces
     env.pop("RESENV_DB", None)
     env.pop("RESENV_DATA_DIR", None)
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "resenv.engine.cli", "run", str(bench), "--display", "plain"],
+    done = subprocess.run([sys.executable, "-m", "resenv.engine.cli.main", "run", str(bench), "--display", "plain"],
                           cwd=bench.parent, env=env, capture_output=True, text=True, timeout=timeout)
     return time.perf_counter() - started, done
 

@@ -52,7 +52,7 @@ SIZE = (120, 40)
 # -- stores -----------------------------------------------------------------------------------------
 def build_store(db: Path, jobs: int, *, finished: bool, engine_pid: int | None = None) -> tuple[str, int, int]:
     """A run of `jobs` jobs (agents a0..a3); returns (run_id, watched job id, its attempt id)."""
-    from resenv.engine.store import open_for_writing
+    from resenv.engine.store.db import open_for_writing
 
     conn = open_for_writing(db)
     now = time.time()
@@ -112,7 +112,7 @@ def build_store(db: Path, jobs: int, *, finished: bool, engine_pid: int | None =
 
 # -- the writer process (the engine's StoreWriter) ----------------------------------------------------
 async def writer_main(db: Path, run_id: str, watched: int, attempt: int, rate: float, seconds: float) -> None:
-    from resenv.engine.store import StoreWriter
+    from resenv.engine.store.db import StoreWriter
 
     writer = StoreWriter(db)
     writer.start()
@@ -288,7 +288,7 @@ def live_phase(root: Path, jobs: int, rate: float, seconds: float) -> dict:
     run_id, watched, attempt = build_store(db, jobs, finished=False, engine_pid=None)
     writer = subprocess.Popen([sys.executable, __file__, "--writer", str(db), run_id, str(watched), str(attempt),
                                str(rate), str(seconds * 3 + 60)], cwd=REPO_ROOT)
-    from resenv.engine.store import open_for_writing
+    from resenv.engine.store.db import open_for_writing
 
     conn = open_for_writing(db)
     conn.execute("UPDATE runs SET engine_pid = ? WHERE id = ?", (writer.pid, run_id))

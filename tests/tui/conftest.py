@@ -13,7 +13,7 @@ import pytest
 
 from resenv.engine.runs import RunPlan, create_run
 from resenv.engine.spec import load_benchmark
-from resenv.engine.store import StoreReader
+from resenv.engine.store.db import StoreReader
 from resenv.tui.live import EngineThread
 
 from ..conftest import wait_for, write_benchmark

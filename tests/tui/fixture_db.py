@@ -14,7 +14,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from resenv.engine.store import open_for_writing
+from resenv.engine.store.db import open_for_writing
 
 NOW = 1767258000.0  # 2026-01-01 09:00:00 UTC
 FIXTURE_ROOT = Path(tempfile.gettempdir()) / "resenv-tui-fixture"

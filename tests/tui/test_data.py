@@ -9,9 +9,10 @@ from pathlib import Path
 
 from rich.text import Text
 
-from resenv.engine import scheduler, tiers
-from resenv.tui import data
-from resenv.engine.eventtext import format_event, gpu_use_text
+from resenv.engine import tiers
+from resenv.engine import runfacts
+from resenv.tui import data, views
+from resenv.engine.results.eventtext import format_event, gpu_use_text
 from resenv.tui.data import JobView, RunFeed
 from resenv.tui.widgets import FixedSparkline, spark_text, tier_text
 
@@ -19,8 +20,8 @@ from . import fixture_db
 
 
 def test_mirrors_of_engine_constants_agree_with_the_engine() -> None:
-    assert data.ALL_TIERS == tiers.ALL_TIERS and data.PROBE_TIERS == tiers.PROBE_TIERS
-    assert data.STALE_AFTER_S == scheduler.STALE_AFTER_S
+    assert views.ALL_TIERS == tiers.ALL_TIERS and views.PROBE_TIERS == tiers.PROBE_TIERS
+    assert data.STALE_AFTER_S == runfacts.STALE_AFTER_S
     now = time.time()
     cases = [
         {"heartbeat_at": None, "engine_host": "x", "engine_pid": 1, "state": "running"},
@@ -31,7 +32,7 @@ def test_mirrors_of_engine_constants_agree_with_the_engine() -> None:
         {"heartbeat_at": now, "engine_host": platform.node(), "engine_pid": 2**22 + 12345, "state": "running"},
     ]
     for run in cases:
-        assert data.engine_alive(run) == scheduler.engine_alive(run), run
+        assert data.engine_alive(run) == runfacts.engine_alive(run), run
 
 
 def test_sparkline_uses_a_fixed_scale() -> None:

@@ -34,7 +34,7 @@ def command(name: str) -> list[str]:
     script = BIN / name
     if script.exists():
         return [str(script)]
-    module = {"resenv-tui": "resenv.tui", "resenv": "resenv.engine.cli"}[name]
+    module = {"resenv-tui": "resenv.tui", "resenv": "resenv.engine.cli.main"}[name]
     return [sys.executable, "-m", module]
 
 
@@ -152,7 +152,7 @@ def test_resenv_run_opens_the_dashboard_and_quitting_stops_the_run_for_resume(tm
         assert ": interrupted" in screen
     finally:
         tmux.close()
-    from resenv.engine.store import StoreReader
+    from resenv.engine.store.db import StoreReader
 
     reader = StoreReader(tmp_path / "store.db")
     try:

@@ -15,7 +15,7 @@ from resenv.engine.agents.codex import parse_codex_line
 from resenv.engine.agents.transcript import EVENT_TYPES
 from resenv.engine.sandbox.base import OutputLine
 from resenv.engine.sandbox.lines import LineSplitter
-from resenv.engine.eventtext import format_event
+from resenv.engine.results.eventtext import format_event
 from resenv.tui.data import TRANSCRIPT_KINDS
 
 STREAMS = Path(__file__).resolve().parent.parent / "fixtures" / "streams"

@@ -17,10 +17,10 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
-from resenv.engine.cli import main
-from resenv.engine.store import open_for_writing
-from resenv.tui import data
-from resenv.engine.eventtext import format_event
+from resenv.engine.cli.main import main
+from resenv.engine.store.db import open_for_writing
+from resenv.tui import data, queries
+from resenv.engine.results.eventtext import format_event
 from resenv.tui.data import RunFeed
 from resenv.tui.widgets import job_cells, pyramid_panel
 
@@ -119,7 +119,7 @@ def test_show_report_and_dashboard_agree_on_dollars(store) -> None:
     cells = {job.key: job_cells(job, ("C1", "C5"), NOW) for job in feed.jobs.values()}
     assert cells["cheap/a"]["cost"].strip() == "$0.0030" and cells["unpriced/b"]["cost"].strip() == "—"
     assert feed.cost_text == "≥$0.0030"  # the run: one job's tokens had no price
-    assert [run["cost"] for run in data.history(db)] == [pytest.approx(0.003)]
+    assert [run["cost"] for run in queries.history(db)] == [pytest.approx(0.003)]
     feed.shutdown()
 
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from resenv.engine.store import EVENT_SQL, open_for_writing
+from resenv.engine.store.db import EVENT_SQL, open_for_writing
 
 
 def write(db: Path, run_id: str, job_id: int, attempt_id: int, count: int, rate: float, prefix: str = "line") -> None:

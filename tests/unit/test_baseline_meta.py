@@ -15,6 +15,7 @@ import pytest
 from resenv.engine.agents import BaselineAgent, JobPaths, adapter_for
 from resenv.engine.agents import baseline_agent as ba
 from resenv.engine.agents.baseline import forwarded_env, staged_files
+from resenv.engine.agents.baseline_kit import metadata, resolver, scanner, shared
 from resenv.engine.sandbox.base import OutputLine
 from resenv.engine.spec import SpecError, loads_benchmark
 
@@ -56,8 +57,8 @@ def test_requirements_includes_constraints_options_and_editables(tmp_path):
         "sub/more.txt": "tqdm\n",
         "constraints.txt": "urllib3<3\n",
     })
-    reqs = ba.RequirementSet()
-    ba.read_requirements(tmp_path / "requirements.txt", reqs)
+    reqs = metadata.RequirementSet()
+    metadata.read_requirements(tmp_path / "requirements.txt", reqs)
     assert reqs.requirements == [
         "numpy>=1.24", "requests", "tqdm", "torch==2.3.1", 'scipy ; python_version >= "3.9"',
         "git+https://github.com/org/dep.git#egg=dep", str((tmp_path / "vendor/local_pkg").resolve()),
@@ -72,8 +73,8 @@ def test_requirements_includes_constraints_options_and_editables(tmp_path):
 
 def test_missing_include_is_a_note_not_a_crash(tmp_path):
     write(tmp_path, {"requirements.txt": "-r nowhere.txt\nsix\n"})
-    reqs = ba.RequirementSet()
-    ba.read_requirements(tmp_path / "requirements.txt", reqs)
+    reqs = metadata.RequirementSet()
+    metadata.read_requirements(tmp_path / "requirements.txt", reqs)
     assert reqs.requirements == ["six"]
     assert any("nowhere.txt" in note for note in reqs.notes)
 
@@ -82,19 +83,19 @@ def test_requirement_files_skip_docs_dev_test_and_fall_back_to_folder(tmp_path):
     write(tmp_path, {f"{name}": "x\n" for name in (
         "requirements.txt", "requirements-gpu.txt", "requirements_dev.txt", "requirements-docs.txt",
         "requirements.test.txt", "requirements-lint.txt", "requirements-ci.txt")})
-    assert [p.name for p in ba.find_requirement_files(tmp_path)] == ["requirements-gpu.txt", "requirements.txt"]
+    assert [p.name for p in metadata.find_requirement_files(tmp_path)] == ["requirements-gpu.txt", "requirements.txt"]
     other = write(tmp_path / "other", {"requirements/base.txt": "x\n", "requirements/dev.txt": "x\n",
                                        "requirements/test.txt": "x\n"})
-    assert [p.name for p in ba.find_requirement_files(other)] == ["base.txt"]
+    assert [p.name for p in metadata.find_requirement_files(other)] == ["base.txt"]
 
 
 def test_requirement_name():
-    assert ba.requirement_name("numpy>=1.2") == "numpy"
-    assert ba.requirement_name("ruamel.yaml[jinja2]==0.18") == "ruamel.yaml"
-    assert ba.requirement_name("torch @ https://x/torch.whl") == "torch"
-    assert ba.requirement_name("git+https://h/o/r.git#egg=thing") == "thing"
-    assert ba.requirement_name("/abs/path") is None
-    assert ba.canonical("Foo_Bar.baz") == "foo-bar-baz"
+    assert metadata.requirement_name("numpy>=1.2") == "numpy"
+    assert metadata.requirement_name("ruamel.yaml[jinja2]==0.18") == "ruamel.yaml"
+    assert metadata.requirement_name("torch @ https://x/torch.whl") == "torch"
+    assert metadata.requirement_name("git+https://h/o/r.git#egg=thing") == "thing"
+    assert metadata.requirement_name("/abs/path") is None
+    assert metadata.canonical("Foo_Bar.baz") == "foo-bar-baz"
 
 
 # --------------------------------------------------------------------------- pyproject.toml
@@ -114,7 +115,7 @@ def test_pyproject_pep621(tmp_path):
         docs = ["sphinx>=7"]
         all = ["tinystats[yaml,docs]"]
     """})
-    data = ba.read_pyproject(tmp_path / "pyproject.toml")
+    data = metadata.read_pyproject(tmp_path / "pyproject.toml")
     assert data["error"] is None and data["installable"] and data["name"] == "tinystats"
     assert data["dependencies"] == ["numpy>=1.24", "tqdm"]
     assert data["optional"] == {"yaml": ["PyYAML>=6"], "docs": ["sphinx>=7"], "all": ["tinystats[yaml,docs]"]}
@@ -123,13 +124,13 @@ def test_pyproject_pep621(tmp_path):
 
 def test_pyproject_tool_config_only_is_not_installable(tmp_path):
     write(tmp_path, {"pyproject.toml": "[tool.black]\nline-length = 100\n"})
-    data = ba.read_pyproject(tmp_path / "pyproject.toml")
+    data = metadata.read_pyproject(tmp_path / "pyproject.toml")
     assert data["installable"] is False and data["dependencies"] == []
 
 
 def test_pyproject_invalid_toml_is_reported(tmp_path):
     write(tmp_path, {"pyproject.toml": "[project\nname = 1\n"})
-    assert "unreadable" in ba.read_pyproject(tmp_path / "pyproject.toml")["error"]
+    assert "unreadable" in metadata.read_pyproject(tmp_path / "pyproject.toml")["error"]
 
 
 def test_poetry_dependencies_groups_and_extras(tmp_path):
@@ -157,7 +158,7 @@ def test_poetry_dependencies_groups_and_extras(tmp_path):
         requires = ["poetry-core"]
         build-backend = "poetry.core.masonry.api"
     """})
-    data = ba.read_pyproject(tmp_path / "pyproject.toml")
+    data = metadata.read_pyproject(tmp_path / "pyproject.toml")
     assert data["installable"] and data["name"] == "poet"
     assert data["dependencies"] == [
         "numpy>=1.21,<2.0.0", "scipy[all]>=1.10.1,<1.11.0", "requests", "pendulum==2.1.2",
@@ -174,7 +175,7 @@ def test_poetry_dependencies_groups_and_extras(tmp_path):
     ("*", ""), ("1.2.3", "==1.2.3"), (">=1.0,<2.0", ">=1.0,<2.0"), ("~=1.4", "~=1.4"), ("1.0 || 2.0", ""),
 ])
 def test_poetry_constraints(spec, pep440):
-    assert ba._poetry_constraint(spec) == pep440
+    assert metadata._poetry_constraint(spec) == pep440
 
 
 # --------------------------------------------------------------------------- setup.py / setup.cfg
@@ -199,7 +200,7 @@ def test_setup_py_literals_constants_and_extensions_without_executing(tmp_path):
             )
         """,
     })
-    data = ba.read_setup_py(tmp_path / "setup.py")
+    data = metadata.read_setup_py(tmp_path / "setup.py")
     assert not (tmp_path / "EXECUTED").exists()
     assert data["error"] is None
     assert data["name"] == "pkg" and data["python_requires"] == ">=3.8"
@@ -218,7 +219,7 @@ def test_setup_py_extensions_come_from_the_shared_build_reader(tmp_path):
             setup(name="pkg", ext_modules=cythonize("pkg/speed.pyx") + [Extension(NAME, ["n.c"])])
         """,
     })
-    data = ba.read_setup_py(tmp_path / "setup.py")
+    data = metadata.read_setup_py(tmp_path / "setup.py")
     assert data["extensions"] == ["pkg._named", "pkg.speed"] and data["has_ext_modules"]
 
 
@@ -233,15 +234,15 @@ def test_setup_py_reading_requirements_file_idiom_and_unreadable_values(tmp_path
                              **kwargs)
         """,
     })
-    data = ba.read_setup_py(tmp_path / "setup.py")
+    data = metadata.read_setup_py(tmp_path / "setup.py")
     assert data["install_requires"] == ["einops", "timm>=0.9"]
     assert "name" in data["error"] and "**kwargs" in data["error"]
 
 
 def test_setup_py_syntax_error_and_no_setup_call(tmp_path):
     write(tmp_path, {"a/setup.py": "def (:\n", "b/setup.py": "print('hi')\n"})
-    assert "unparsable" in ba.read_setup_py(tmp_path / "a/setup.py")["error"]
-    assert "no setup() call" in ba.read_setup_py(tmp_path / "b/setup.py")["error"]
+    assert "unparsable" in metadata.read_setup_py(tmp_path / "a/setup.py")["error"]
+    assert "no setup() call" in metadata.read_setup_py(tmp_path / "b/setup.py")["error"]
 
 
 def test_setup_cfg(tmp_path):
@@ -259,7 +260,7 @@ def test_setup_cfg(tmp_path):
             pytest
             hypothesis
     """})
-    data = ba.read_setup_cfg(tmp_path / "setup.cfg")
+    data = metadata.read_setup_cfg(tmp_path / "setup.cfg")
     assert data["name"] == "cfgpkg"
     assert data["install_requires"] == ["requests>=2", "click"]
     assert data["extras_require"] == {"plot": ["matplotlib"], "test": ["pytest", "hypothesis"]}
@@ -286,7 +287,7 @@ def test_environment_yml_pip_section_and_python(tmp_path):
         variables:
           FOO: bar
     """})
-    data = ba.read_environment_yml(tmp_path / "environment.yml")
+    data = metadata.read_environment_yml(tmp_path / "environment.yml")
     assert data["pip"] == ["einops==0.7.0", "timm>=0.9"]
     assert data["conda"] == ["python=3.10", "pytorch=2.1", "numpy", "pip", "scipy"]
     assert data["python"] == "3.10" and data["error"] is None
@@ -294,14 +295,14 @@ def test_environment_yml_pip_section_and_python(tmp_path):
 
 def test_environment_yml_flow_style_is_said(tmp_path):
     write(tmp_path, {"environment.yml": "dependencies: [numpy, {pip: [einops]}]\n"})
-    data = ba.read_environment_yml(tmp_path / "environment.yml")
+    data = metadata.read_environment_yml(tmp_path / "environment.yml")
     assert data["pip"] == [] and "flow" in data["error"]
 
 
 def test_python_version_file(tmp_path):
     write(tmp_path, {".python-version": "# pinned\n3.10.13\n"})
-    assert ba.read_python_version(tmp_path) == "3.10.13"
-    assert ba.read_python_version(tmp_path / "nowhere") is None
+    assert metadata.read_python_version(tmp_path) == "3.10.13"
+    assert metadata.read_python_version(tmp_path / "nowhere") is None
 
 
 # --------------------------------------------------------------------------- import scan
@@ -340,9 +341,9 @@ def test_scan_imports_skips_own_siblings_guarded_type_checking_and_relative(tmp_
         "env/pyvenv.cfg": "home = /usr\n",
         "env/lib/x.py": "import also_not_seen\n",
     })
-    scan = ba.scan_imports(tmp_path)
+    scan = scanner.scan_imports(tmp_path)
     modules = scan["modules"]
-    third = ba.third_party_candidates(scan, ["os", "sys", "typing"])
+    third = scanner.third_party_candidates(scan, ["os", "sys", "typing"])
     assert set(third) == {"numpy", "sklearn.linear_model", "google.protobuf.message", "apex", "cv2",
                           "yaml", "torch", "PIL.Image"}
     assert modules["apex"]["guarded"] is True and modules["cv2"]["guarded"] is False
@@ -369,15 +370,15 @@ DEPTH_ANYTHING = {
 def test_scan_never_installs_the_repos_namespace_folders_or_sys_path_modules(tmp_path):
     """Depth-Anything-V2's shape: ``dataset`` and ``util`` are folders beside metric_depth/train.py,
     imported from there and from inside ``dataset``; PyPI's ``dataset`` must not be a candidate."""
-    scan = ba.scan_imports(write(tmp_path, DEPTH_ANYTHING))
-    assert set(ba.third_party_candidates(scan, ["os", "sys"])) == {"gradio", "torch", "h5py", "cv2"}
+    scan = scanner.scan_imports(write(tmp_path, DEPTH_ANYTHING))
+    assert set(scanner.third_party_candidates(scan, ["os", "sys"])) == {"gradio", "torch", "h5py", "cv2"}
     assert {"dataset", "util", "vendored", "depth_anything_v2"} <= set(scan["own"])
 
 
 def test_scan_installs_a_name_that_one_file_cannot_find_in_the_repo(tmp_path):
     tree = {**DEPTH_ANYTHING, "scripts/export.py": "from dataset import Dataset\n"}  # no dataset beside it
-    scan = ba.scan_imports(write(tmp_path, tree))
-    third = ba.third_party_candidates(scan, ["os", "sys"])
+    scan = scanner.scan_imports(write(tmp_path, tree))
+    third = scanner.third_party_candidates(scan, ["os", "sys"])
     assert {"dataset", "dataset.hypersim", "dataset.transform"} <= set(third) and "dataset" not in scan["own"]
 
 
@@ -392,12 +393,12 @@ def test_the_staged_script_classifies_with_the_staged_rule(tmp_path):
     repo = write(tmp_path / "repo", DEPTH_ANYTHING)
     code = ("import json, runpy, sys; m = runpy.run_path(sys.argv[1]); "
             "print(json.dumps([sorted(m['scan_imports'](m['Path'](sys.argv[2]))['modules']), "
-            "m['localroots'].__file__]))")
+            "m['scan_imports'].__globals__['localroots'].__file__]))")
     out = subprocess.run([sys.executable, "-I", "-c", code, str(staged / "baseline_agent.py"), str(repo)],
                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
     assert out.returncode == 0, out.stderr
     modules, loaded_from = json.loads(out.stdout.splitlines()[-1])
-    assert Path(loaded_from) == staged / ba.SHARED_STAGED / "localroots.py"
+    assert Path(loaded_from) == staged / shared.SHARED_STAGED / "localroots.py"
     assert modules == ["cv2", "gradio", "h5py", "os", "sys", "torch"]  # the stdlib goes later, by the env
 
 
@@ -408,29 +409,29 @@ def test_the_staged_script_classifies_with_the_staged_rule(tmp_path):
     ("huggingface_hub", "huggingface_hub"), ("apex", None), ("detectron2.config", None),
 ])
 def test_distribution_for_table_and_fallback(module, dist):
-    assert ba.distribution_for(module)[0] == dist
+    assert scanner.distribution_for(module)[0] == dist
 
 
 def test_distribution_for_uses_installed_metadata_env_first():
     env_map = {"mylib": ["my-lib-dist"]}
     base_map = {"mylib": ["other"], "baselib": ["base-dist"]}
-    assert ba.distribution_for("mylib.sub", env_map, base_map) == ("my-lib-dist", "env metadata")
-    assert ba.distribution_for("baselib", env_map, base_map) == ("base-dist", "base metadata")
-    assert ba.distribution_for("cv2", {"cv2": ["opencv-python-headless"]}) == ("opencv-python", "table")
-    assert ba.distribution_for("unknownmod") == ("unknownmod", "import name")
+    assert scanner.distribution_for("mylib.sub", env_map, base_map) == ("my-lib-dist", "env metadata")
+    assert scanner.distribution_for("baselib", env_map, base_map) == ("base-dist", "base metadata")
+    assert scanner.distribution_for("cv2", {"cv2": ["opencv-python-headless"]}) == ("opencv-python", "table")
+    assert scanner.distribution_for("unknownmod") == ("unknownmod", "import name")
 
 
 def test_module_for_check():
-    assert ba.module_for_check("google.protobuf.message") == "google.protobuf"
-    assert ba.module_for_check("numpy.linalg") == "numpy"
+    assert scanner.module_for_check("google.protobuf.message") == "google.protobuf"
+    assert scanner.module_for_check("numpy.linalg") == "numpy"
 
 
 def test_select_extras_by_imports():
     optional = {"yaml": ["PyYAML>=6"], "docs": ["sphinx>=7"], "all": ["tinystats[yaml,docs]"],
                 "vision": ["opencv-python-headless"], "ml": ["scikit-learn"]}
-    assert ba.select_extras(optional, {"yaml": {}, "sklearn.svm": {}}, "tinystats") == ["yaml", "ml"]
-    assert ba.select_extras(optional, {"cv2": {}}, "tinystats") == ["vision"]
-    assert ba.select_extras(optional, {}, "tinystats") == []
+    assert scanner.select_extras(optional, {"yaml": {}, "sklearn.svm": {}}, "tinystats") == ["yaml", "ml"]
+    assert scanner.select_extras(optional, {"cv2": {}}, "tinystats") == ["vision"]
+    assert scanner.select_extras(optional, {}, "tinystats") == []
 
 
 @pytest.mark.parametrize(("output", "exit_code", "offline", "category"), [
@@ -447,12 +448,12 @@ def test_select_extras_by_imports():
     ("Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom", 1, False, "runtime"),
 ])
 def test_failure_category_is_the_classifiers(output, exit_code, offline, category):
-    assert ba.failure_category(output, exit_code=exit_code, offline=offline) == category
-    assert ba.failure_category(output, exit_code=None, timed_out=True) == "timeout"
+    assert resolver.failure_category(output, exit_code=exit_code, offline=offline) == category
+    assert resolver.failure_category(output, exit_code=None, timed_out=True) == "timeout"
 
 
 def test_a_missing_import_is_deps_missing_by_the_classifier():
-    assert ba.missing_import_category("metric_tools") == "deps_missing"
+    assert resolver.missing_import_category("metric_tools") == "deps_missing"
 
 
 # --------------------------------------------------------------------------- adapter and spec
@@ -572,7 +573,7 @@ def test_forwarded_env_is_package_config_only(tmp_path):
 
 
 def test_index_options_spelled_for_uv():
-    assert ba.uv_options(["--extra-index-url", "https://x/simple", "--pre", "--trusted-host", "x",
+    assert resolver.uv_options(["--extra-index-url", "https://x/simple", "--pre", "--trusted-host", "x",
                           "--find-links", "/w"]) == [
         "--extra-index-url", "https://x/simple", "--prerelease", "allow", "--allow-insecure-host", "x",
         "--find-links", "/w"]
@@ -587,7 +588,7 @@ def test_index_options_spelled_for_uv():
     ({"torch": "1.4.0", "torchvision": "0.9.0"}, {}),  # before the published pairing rule
 ])
 def test_torch_companions_follow_the_published_pairing(versions, wrong):
-    assert ba.torch_companions(versions) == wrong
+    assert resolver.torch_companions(versions) == wrong
 
 
 @pytest.mark.parametrize(("output", "name"), [
@@ -602,8 +603,8 @@ def test_torch_companions_follow_the_published_pairing(versions, wrong):
     ("Collecting six\nERROR: No matching distribution found for nope", None),
 ])
 def test_unbuildable_package_is_named_from_the_installers_output(output, name):
-    found = ba.unbuildable_package(output)
-    assert (found and ba.canonical(found)) == (name and ba.canonical(name))
+    found = resolver.unbuildable_package(output)
+    assert (found and metadata.canonical(found)) == (name and metadata.canonical(name))
 
 
 def test_a_package_excluded_by_what_is_installed_is_named_with_its_pin(tmp_path):
@@ -611,22 +612,22 @@ def test_a_package_excluded_by_what_is_installed_is_named_with_its_pin(tmp_path)
     constraints.write_text("fsspec==2025.9.0\nnumpy==2.3.1\n")
     out = "ERROR: Could not find a version that satisfies the requirement fsspec[http]<=2024.6.1,>=2023.1.0\n" \
           "ERROR: No matching distribution found for fsspec[http]<=2024.6.1,>=2023.1.0"
-    assert ba.pinned_elsewhere(out, [str(constraints)]) == "fsspec==2025.9.0"
-    assert ba.pinned_elsewhere(out.replace("fsspec", "nothere"), [str(constraints)]) is None
+    assert resolver.pinned_elsewhere(out, [str(constraints)]) == "fsspec==2025.9.0"
+    assert resolver.pinned_elsewhere(out.replace("fsspec", "nothere"), [str(constraints)]) is None
 
 
 def test_unbuildable_local_sdist_is_named_by_its_file():
     output = ("Looking in links: /w\nProcessing /w/cuda_ext-1.0.tar.gz\n  Getting requirements to build wheel: started\n"
               "  × Getting requirements to build wheel did not run successfully.\n")
-    assert ba.canonical(ba.unbuildable_package(output)) == "cuda-ext"
+    assert metadata.canonical(resolver.unbuildable_package(output)) == "cuda-ext"
 
 
 def test_the_package_that_asked_for_an_absent_one_is_named():
     out = ("ERROR: Could not find a version that satisfies the requirement av==10.* (from faster-whisper) "
            "(from versions: 12.0.0, 13.0.0)\nERROR: No matching distribution found for av==10.*")
-    assert ba.requested_by(out, "av") == "faster-whisper"
-    assert ba.requested_by("Collecting av (from faster_whisper==0.10.1)\n", "av") == "faster_whisper"
-    assert ba.requested_by(out, "numpy") is None
+    assert resolver.requested_by(out, "av") == "faster-whisper"
+    assert resolver.requested_by("Collecting av (from faster_whisper==0.10.1)\n", "av") == "faster_whisper"
+    assert resolver.requested_by(out, "numpy") is None
 
 
 def test_the_declared_requirements_a_conflict_names_are_found_in_declared_order():
@@ -635,31 +636,31 @@ def test_the_declared_requirements_a_conflict_names_are_found_in_declared_order(
            "conflicting dependencies.\n\nThe conflict is caused by:\n    zetascale 1.4.0 depends on rich==13.7.0\n"
            "    swarms 4.1.1 depends on rich==13.5.2\n\nTo fix this you could try to:\n"
            "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/\n")
-    assert ba.conflicting_requirements(pip, reqs) == ["zetascale==1.4.0", "swarms==4.1.1"]
+    assert resolver.conflicting_requirements(pip, reqs) == ["zetascale==1.4.0", "swarms==4.1.1"]
     user = ("The conflict is caused by:\n    The user requested torch==2.1.2\n    swarms 4.1.1 depends on torch==2.1.1\n"
             "\nERROR: ResolutionImpossible: for help visit ...\n")
-    assert ba.conflicting_requirements(user, reqs) == ["torch==2.1.2", "swarms==4.1.1"]
+    assert resolver.conflicting_requirements(user, reqs) == ["torch==2.1.2", "swarms==4.1.1"]
     uv = ("  × No solution found when resolving dependencies:\n  ╰─▶ Because zetascale==1.4.0 depends on rich==13.7.0 "
           "and swarms==4.1.1 depends on rich==13.5.2, we can conclude that ...\n")
-    assert ba.conflicting_requirements(uv, reqs) == ["zetascale==1.4.0", "swarms==4.1.1"]
-    assert ba.conflicting_requirements("ERROR: No matching distribution found for nope", reqs) == []
+    assert resolver.conflicting_requirements(uv, reqs) == ["zetascale==1.4.0", "swarms==4.1.1"]
+    assert resolver.conflicting_requirements("ERROR: No matching distribution found for nope", reqs) == []
 
 
 def test_a_network_failure_inside_one_packages_build_leaves_the_index_reachable():
     index_down = "WARNING: Retrying ... NewConnectionError: Failed to establish a new connection\nERROR: Could not find"
-    assert ba.index_unreachable(index_down)
+    assert resolver.index_unreachable(index_down)
     maturin = ("Obtaining file:///w/repo\n  Preparing editable metadata (pyproject.toml): finished with status 'error'\n"
                "  error: subprocess-exited-with-error\n      httpx.ConnectError: [Errno -2] Name or service not known\n"
                "error: metadata-generation-failed\n\n× Encountered error while generating package metadata.\n")
-    assert not ba.index_unreachable(maturin)
-    assert not ba.index_unreachable("ERROR: No matching distribution found for nope")
+    assert not resolver.index_unreachable(maturin)
+    assert not resolver.index_unreachable("ERROR: No matching distribution found for nope")
 
 
 def test_a_local_projects_own_failed_build_names_no_package():
     output = ("Collecting torch>=2.7\n  Using cached torch-2.9.0.whl\nObtaining file:///w/repo\n"
               "  Preparing editable metadata (pyproject.toml): finished with status 'error'\n"
               "error: metadata-generation-failed\n\n× Encountered error while generating package metadata.\n")
-    assert ba.unbuildable_package(output) is None
+    assert resolver.unbuildable_package(output) is None
 
 
 def test_a_remote_sandbox_gets_no_path_of_the_engine_machine(tmp_path):

@@ -8,12 +8,12 @@ import json
 import os
 import time
 
-from resenv.engine.agents import baseline_agent as ba
+from resenv.engine.agents.baseline_kit.runner import Events, Runner
 
 
 def runner(budget_s=None, reserve_s=None):
     stream = io.StringIO()
-    return ba.Runner(ba.Events(stream), budget_s, reserve_s), stream
+    return Runner(Events(stream), budget_s, reserve_s), stream
 
 
 def events(stream: io.StringIO) -> list[dict]:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from resenv.engine.gpuinfo import cuda_supported
+from resenv.engine.hosts.gpuinfo import cuda_supported
 from resenv.probes.c2 import FRAMEWORKS, FrameworkSeen, judge_c2, read_frameworks
 from resenv.probes.census import import_census
 

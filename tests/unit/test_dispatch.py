@@ -10,10 +10,10 @@ from pathlib import Path
 
 import time
 
-from resenv.engine.display import NoDisplay
-from resenv.engine.durations import DurationEstimates
-from resenv.engine.hosts import Host, HostPool
-from resenv.engine.scheduler import Engine, Running
+from resenv.engine.cli.display import NoDisplay
+from resenv.engine.run.durations import DurationEstimates
+from resenv.engine.hosts.pool import Host, HostPool
+from resenv.engine.run.scheduler import Engine, Running
 
 BOUND_S = 8820.0  # what a job never seen before is estimated at
 

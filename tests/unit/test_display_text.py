@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from resenv.engine.display import HEARTBEAT_S, heartbeat_interval, readable, shorten
+from resenv.engine.cli.display import HEARTBEAT_S, heartbeat_interval, readable, shorten
 from resenv.engine.wording import duration
 
 LINE = "Collecting torch==2.1.0 from the pinned requirements of this repository"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from resenv.engine.durations import DurationEstimates, attempt_history, timeout_bound
+from resenv.engine.run.durations import DurationEstimates, attempt_history, timeout_bound
 from resenv.engine.spec import Timeouts
-from resenv.engine.store import connect, migrate
+from resenv.engine.store.db import connect, migrate
 
 
 def store_with(tmp_path: Path, attempts: list[tuple[str, str, str, str | None, str, float]]):

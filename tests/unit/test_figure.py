@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from resenv.engine.cli import main
-from resenv.engine.figure import figure_data
+from resenv.engine.cli.main import main
+from resenv.engine.results.figure import figure_data
 from resenv.engine.outcomes import errors_text
-from resenv.engine.scoring import PYRAMID, score_run
-from resenv.engine.store import StoreReader
+from resenv.engine.results.scoring import PYRAMID, score_run
+from resenv.engine.store.db import StoreReader
 
 from ..tui import fixture_db
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from resenv.engine.findings import findings_summary, job_findings
-from resenv.engine.store import StoreReader, open_for_writing
+from resenv.engine.results.findings import findings_summary, job_findings
+from resenv.engine.store.db import StoreReader, open_for_writing
 
 
 def test_findings_of_the_kept_state_include_those_a_later_rescore_found_once_each(tmp_path):

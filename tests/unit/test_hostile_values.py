@@ -12,10 +12,10 @@ import pytest
 
 from resenv.engine.assets import missing_indexes
 from resenv.engine.gpuwatch import parse_probe_processes
-from resenv.engine.hostcheck import parse_facts
-from resenv.engine.recovery import replay_attempt_logs
-from resenv.engine.slurm.client import parse_squeue_json
-from resenv.engine.telemetry import parse_remote_processes, parse_smi_line
+from resenv.engine.hosts.check import parse_facts
+from resenv.engine.run.recovery import replay_attempt_logs
+from resenv.engine.hosts.slurm.client import parse_squeue_json
+from resenv.engine.hosts.telemetry import parse_remote_processes, parse_smi_line
 from resenv.probes.census import Census
 from resenv.probes.integrity import bytecode_paths, judge_hooks, judge_tree, scan_problems
 from resenv.probes.mirror import build_mirror

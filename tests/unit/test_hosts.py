@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from resenv.engine.hosts import Host, HostPool, Lease, build_hosts
+from resenv.engine.hosts.build import build_hosts
+from resenv.engine.hosts.pool import Host, HostPool, Lease
 from resenv.engine.spec import LocalHost
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from resenv.engine.lifecycle import command_files
+from resenv.engine.run.lifecycle import command_files
 from resenv.engine.sandbox.isolation import Isolation, env_paths
 
 

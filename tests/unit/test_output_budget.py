@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from resenv.engine.output import ROW_OVERHEAD, OutputBudget, iter_lines
-from resenv.engine.recovery import replay_attempt_logs
+from resenv.engine.run.recovery import replay_attempt_logs
 from resenv.engine.sandbox.base import OutputLine
-from resenv.engine.store import dumps
+from resenv.engine.store.db import dumps
 
 
 class Writer:

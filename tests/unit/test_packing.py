@@ -13,7 +13,7 @@ import pytest
 
 from ..packing_sim import (SimHost, SimJob, easy_plan, first_come_first_served, lower_bound, mixed_workload,
                            simulate, skewed_workload, strict_order)
-from resenv.engine.packing import HostRoom, QueuedWork, RunningWork, ordered, plan
+from resenv.engine.run.packing import HostRoom, QueuedWork, RunningWork, ordered, plan
 
 
 @pytest.mark.parametrize("workload", [mixed_workload, skewed_workload], ids=["mixed", "skewed"])

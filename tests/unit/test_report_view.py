@@ -1,4 +1,4 @@
-"""The dashboard's "report vs probes" view (tui/screens.py `report_table`) shows every claim the audit
+"""The dashboard's "report vs probes" view (tui/screens/report.py `report_table`) shows every claim the audit
 read, and every key it did not score, beside what the probes observed."""
 
 from __future__ import annotations

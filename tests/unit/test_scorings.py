@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine.schema import MIGRATIONS, SCHEMA_VERSION
-from resenv.engine.scoring import latest_results, render, score_run
-from resenv.engine.scorings import (UNKNOWN_RULES, ScoringLookupError, header, list_scorings, resolve_scoring)
-from resenv.engine.store import StoreReader, _statements
+from resenv.engine.store.schema import MIGRATIONS, SCHEMA_VERSION
+from resenv.engine.results.scoring import latest_results, render, score_run
+from resenv.engine.results.scorings import (UNKNOWN_RULES, ScoringLookupError, header, list_scorings, resolve_scoring)
+from resenv.engine.store.db import StoreReader, _statements
 
 
 def v3_store(path: Path) -> None:
@@ -56,14 +56,14 @@ def test_a_version_3_store_is_upgraded_and_reads_as_the_original_scoring(tmp_pat
 
 
 def test_the_dashboard_reads_a_store_it_has_not_upgraded(tmp_path):
-    from resenv.tui import data
+    from resenv.tui import queries
 
     path = tmp_path / "old.db"
     v3_store(path)
-    detail = data.job_detail(path, 1)  # read-only: the dashboard never migrates
+    detail = queries.job_detail(path, 1)  # read-only: the dashboard never migrates
     assert detail["results"]["C1"]["status"] == "pass"
     assert detail["scoring"] == f"scoring: original (rules {UNKNOWN_RULES})"
-    assert data.history(path)[0]["tiers"]["C1"] == {"pass": 1}
+    assert queries.history(path)[0]["tiers"]["C1"] == {"pass": 1}
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == 3
 
 

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine.hosts import HostPool, build_hosts
-from resenv.engine.slurm.check import slurm_minutes
-from resenv.engine.slurm.client import SEP, gres_count, parse_key_values, parse_squeue, parse_squeue_json
-from resenv.engine.slurm.facts import expand_nodelist
-from resenv.engine.slurm.script import JobFiles, Resources, batch_script, command_file, sbatch_options, time_limit_minutes
-from resenv.engine.slurm.states import decode_exit, outcome_of, phase_of
+from resenv.engine.hosts.build import build_hosts
+from resenv.engine.hosts.pool import HostPool
+from resenv.engine.hosts.slurm.check import slurm_minutes
+from resenv.engine.hosts.slurm.client import SEP, gres_count, parse_key_values, parse_squeue, parse_squeue_json
+from resenv.engine.hosts.slurm.facts import expand_nodelist
+from resenv.engine.hosts.slurm.script import JobFiles, Resources, batch_script, command_file, sbatch_options, time_limit_minutes
+from resenv.engine.hosts.slurm.states import decode_exit, outcome_of, phase_of
 from resenv.engine.spec import SlurmHost, SpecError
 
 from .test_spec_hosts import load
@@ -119,7 +120,7 @@ def test_batch_script_runs_the_command_under_its_own_timeout(tmp_path):
 
 
 def test_the_dashboard_shows_a_queued_command_with_its_slurm_reason():
-    from resenv.engine.eventtext import format_event, queue_text
+    from resenv.engine.results.eventtext import format_event, queue_text
     from resenv.tui.widgets import queue_state_text
 
     pending = {"log": "C3-9", "job_id": "4711", "state": "PENDING", "reason": "Resources", "nodes": None, "gpus": 1}
@@ -135,7 +136,7 @@ def test_the_dashboard_shows_a_queued_command_with_its_slurm_reason():
 
 def test_the_job_completion_log_decodes_exit_codes_and_signals():
     """Real lines of slurmctld 22.05's jobcomp/filetxt log: the fallback where there is no accounting."""
-    from resenv.engine.slurm.client import find_completion, parse_config
+    from resenv.engine.hosts.slurm.client import find_completion, parse_config
 
     text = (Path(__file__).parents[1] / "fixtures" / "slurm" / "jobcomp-filetxt.txt").read_text()
     exited, killed = find_completion(text, "1"), find_completion(text, "2")

@@ -26,7 +26,7 @@ from resenv.engine.spec import (
     loads_benchmark,
     render,
 )
-from resenv.engine.yamlsource import load_yaml
+from resenv.engine.spec.yamlsource import load_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

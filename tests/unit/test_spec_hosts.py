@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine.hosts import Host, HostPool, build_hosts
+from resenv.engine.hosts.build import build_hosts
+from resenv.engine.hosts.pool import Host, HostPool
 from resenv.engine.spec import SpecError, SshHost, loads_benchmark
 
 SUITE = """suites: {s: {repos: [{id: r, source: {git: "https://example.invalid/r.git", commit: "%s"},

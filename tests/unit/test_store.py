@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from resenv.engine.schema import SCHEMA_VERSION
-from resenv.engine.store import StoreError, StoreReader, StoreWriter, connect, insert_control, migrate
+from resenv.engine.store.schema import SCHEMA_VERSION
+from resenv.engine.store.db import StoreError, StoreReader, StoreWriter, connect, insert_control, migrate
 
 
 def make_run(conn: sqlite3.Connection, run_id: str = "r1") -> None:
@@ -42,7 +42,7 @@ def test_newer_schema_is_refused(tmp_path):
 
 
 def test_failed_migration_leaves_db_untouched(tmp_path, monkeypatch):
-    from resenv.engine import store
+    from resenv.engine.store import db as store
 
     path = tmp_path / "s.db"
     monkeypatch.setattr(store, "MIGRATIONS", ["CREATE TABLE a (x); CREATE TABLE a (y);"])
@@ -164,7 +164,7 @@ def test_controls_from_another_connection(tmp_path):
 
 
 def test_reader_upgrades_an_older_db_before_reading(tmp_path, monkeypatch):
-    from resenv.engine import store
+    from resenv.engine.store import db as store
 
     path = tmp_path / "old.db"
     conn = connect(path)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine import store
+from resenv.engine.store import db as store
 from resenv.engine.paths import absolute, default_data_dir, default_db
-from resenv.engine.runlock import EngineBusy, RunLock
+from resenv.engine.run.runlock import EngineBusy, RunLock
 from resenv.engine.sandbox.base import SandboxError
-from resenv.engine.store import (StoreError, StoreFailure, StoreReader, StoreWriter, connect, disk_failure,
+from resenv.engine.store.db import (StoreError, StoreFailure, StoreReader, StoreWriter, connect, disk_failure,
                                  mark_interrupted, open_for_writing, store_failure)
 
 from .test_store import make_run
@@ -204,7 +204,7 @@ def test_mark_interrupted_records_the_end_on_its_own_connection(tmp_path):
 HOLD = textwrap.dedent("""\
     import sys
     from pathlib import Path
-    from resenv.engine.runlock import RunLock
+    from resenv.engine.run.runlock import RunLock
     lock = RunLock.take(Path(sys.argv[1]), "r1", sys.argv[2])
     print("held", flush=True)
     sys.stdin.read()

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from resenv.engine.store import StoreWriter
-from resenv.engine.telemetry import (
+from resenv.engine.store.db import StoreWriter
+from resenv.engine.hosts.telemetry import (
     NO_DRIVER, NvmlSampler, ProcessMap, SmiStreamParser, TelemetrySink, parse_smi_line,
 )
 
@@ -154,7 +154,7 @@ def test_process_map_by_container_cgroup_process_group_and_workdir(tmp_path):
 
 
 async def test_sink_writes_samples_keeps_bounded_retention_and_marks_stale(tmp_path):
-    from resenv.engine.telemetry import GpuSample
+    from resenv.engine.hosts.telemetry import GpuSample
 
     db = tmp_path / "t.db"
     writer = StoreWriter(db)
@@ -179,7 +179,7 @@ async def test_sink_writes_samples_keeps_bounded_retention_and_marks_stale(tmp_p
 
 
 def test_remote_process_rows_map_to_jobs_by_container_then_work_dir():
-    from resenv.engine.telemetry import ProcessMap, parse_remote_processes
+    from resenv.engine.hosts.telemetry import ProcessMap, parse_remote_processes
 
     ctr = "a" * 64
     processes = ProcessMap()
@@ -199,7 +199,7 @@ def test_remote_process_rows_map_to_jobs_by_container_then_work_dir():
 
 
 def test_the_remote_process_rows_recorded_on_the_h200_parse_and_map_to_their_job():
-    from resenv.engine.telemetry import ProcessMap, parse_remote_processes
+    from resenv.engine.hosts.telemetry import ProcessMap, parse_remote_processes
 
     text = (Path(__file__).parents[1] / "fixtures" / "nvidia-smi" / "h200-compute-apps-with-facts.txt").read_text()
     header, smi_row, _, facts_row = text.splitlines()[:4]

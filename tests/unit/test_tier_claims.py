@@ -15,7 +15,7 @@ import pytest
 from resenv.engine import tiers
 from resenv.engine.censuses import CensusCache
 from resenv.engine.checkout import Pristine
-from resenv.engine.gpuinfo import DriverInfo
+from resenv.engine.hosts.gpuinfo import DriverInfo
 from resenv.engine.tiers import TierRunner
 from resenv.probes.c0 import C0Result
 from resenv.probes.report import load_report

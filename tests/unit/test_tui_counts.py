@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from resenv.engine.scoring import AgentScore
+from resenv.engine.results.scoring import AgentScore
 from resenv.tui.widgets import agent_pyramid, duration
 
 

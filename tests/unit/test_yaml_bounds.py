@@ -1,12 +1,12 @@
-"""Bounds of the YAML loader (engine/yamlsource.py): depth, values and text once aliases are
+"""Bounds of the YAML loader (engine/spec/yamlsource.py): depth, values and text once aliases are
 expanded; each crossing is one issue at a line and field, never a RecursionError or a hang."""
 
 from __future__ import annotations
 
 import pytest
 
-from resenv.engine import yamlsource
-from resenv.engine.yamlsource import MAX_DEPTH, SpecError, load_yaml
+from resenv.engine.spec import yamlsource
+from resenv.engine.spec.yamlsource import MAX_DEPTH, SpecError, load_yaml
 
 
 def nested(levels: int) -> str:

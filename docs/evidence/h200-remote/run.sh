@@ -17,7 +17,7 @@ holder=$!
 sleep 8
 echo "holder pid $holder, work dir $work" > "$OUT/compute-apps.txt"
 nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory --format=csv,noheader,nounits >> "$OUT/compute-apps.txt" 2>&1
-echo "--- REMOTE_PROCESSES (resenv.engine.telemetry) ---" >> "$OUT/compute-apps.txt"
+echo "--- REMOTE_PROCESSES (resenv.engine.hosts.telemetry) ---" >> "$OUT/compute-apps.txt"
 sh docs/evidence/h200-remote/remote_processes.sh >> "$OUT/compute-apps.txt" 2>&1
 wait $holder
 # the import map of a repo that imports torch, numpy, a local package and one missing module

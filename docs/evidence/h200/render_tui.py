@@ -1,4 +1,4 @@
-"""Render the dashboard during a real GPU job (issue 8 evidence): the engine runs the gpu-load repo
+"""Render the dashboard during a real GPU job (evidence): the engine runs the gpu-load repo
 headless in a subprocess; while its C3 entrypoint keeps the GPU busy, the real ResenvApp attaches
 to the same store and saves SVG screenshots of the overview and the hosts screen.
 
@@ -16,7 +16,7 @@ from resenv.tui.dashboard import ResenvApp
 
 out = Path(sys.argv[1])
 db = Path(os.environ["RESENV_HOME"]) / "resenv.db"
-engine = subprocess.Popen([sys.executable, "-m", "resenv.engine.cli", "run", "benchmark.yaml", "--agent", "preinstalled",
+engine = subprocess.Popen([sys.executable, "-m", "resenv.engine.cli.main", "run", "benchmark.yaml", "--agent", "preinstalled",
                            "--repo", "gpu-load", "--display", "none", "--name", "gpu-load-live"])
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 evidence run (issue 8). Runs on the lent GPU machine from the repo root:
+# The H200 evidence run. Runs on the lent GPU machine from the repo root:
 #   bash docs/evidence/h200/run.sh          ($OUT: where results go)
 # It expects resenv's wheels under .device/wheels and an xz-compressed node binary at .device/node.xz
 # (no package registry is reachable there; the machine's python3 already holds torch).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The two-GPU H200 evidence run (issue 11), on the lent nvidia-h200-x2 machine from the repo root:
+# The two-GPU H200 evidence run, on the lent nvidia-h200-x2 machine from the repo root:
 #   bash docs/evidence/h200x2/run.sh        ($OUT: where results go)
 # Same carried wheels and node as docs/evidence/h200/run.sh.
 set -uo pipefail

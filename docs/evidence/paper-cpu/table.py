@@ -34,9 +34,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from resenv.engine.scoring import choose_scoring
-from resenv.engine.store import StoreReader
-from resenv.engine.views import job_rows
+from resenv.engine.results.scoring import choose_scoring
+from resenv.engine.store.db import StoreReader
+from resenv.engine.results.views import job_rows
 
 HERE = Path(__file__).resolve().parent
 CENSUS = HERE.parents[2] / "suites" / "paper" / "census.json"
