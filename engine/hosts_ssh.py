@@ -159,6 +159,10 @@ class SshHost(Host):
 
     async def reap_orphans(self) -> int:
         """Kill groups left running while the connection was down, if they run in their work dir."""
+        if not self.mirror_paths and self.host_data_dir is None and self._facts is not None:
+            await asyncio.shield(self._facts)  # where the work dirs are on the host comes with its facts
+        if not self.mirror_paths and self.host_data_dir is None:
+            return 0  # not known yet: they stay owed until the facts can be read
         orphans, self._orphans = dict(self._orphans), {}
         killed = 0
         for pgid, workdir in orphans.items():
