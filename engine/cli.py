@@ -16,7 +16,7 @@ import click
 from rich.console import Console
 
 from . import __version__, eventloop
-from .controls import ACTIONS, FINISHED, record_refused, run_tiers, tier_never_ran
+from .controls import ACTIONS, FINISHED, checkpoint_removed, record_refused, run_tiers, tier_never_ran
 from .display import NoDisplay, PlainDisplay
 from .summary import summary_lines
 from .cliload import load_for_cli
@@ -564,7 +564,7 @@ def _ended(state: str) -> str:
 def _tier_never_ran(reader: StoreReader, run_row: dict[str, Any], job: dict[str, Any], tier: str) -> str | None:
     """Refuse here a retry of a tier that never ran, once the job has finished (else the engine decides)."""
     if tier not in run_tiers(run_row) or job["state"] in FINISHED:
-        return tier_never_ran(reader.rows, run_row, job, tier)
+        return tier_never_ran(reader.rows, run_row, job, tier) or checkpoint_removed(reader.rows, run_row, job)
     return None
 
 
@@ -585,7 +585,7 @@ def _duration(run_row: dict) -> str:
 def prune(run_ref: str, db_path: Path | None) -> None:
     """Remove a finished run's checkpoint images and leftover containers from its docker hosts
     (kept so that any tier can be re-run after the run ended)."""
-    from .prune import PruneRefused, prune_run
+    from .prune import PruneRefused, prune_run, record_pruned
 
     reader, run_row = _open_run(db_path, run_ref)
     holder = live_rescore(reader.rows, run_row["id"], STALE_AFTER_S)
@@ -599,6 +599,7 @@ def prune(run_ref: str, db_path: Path | None) -> None:
         raise click.ClickException(str(error)) from error
     if not results:
         click.echo(f"run {run_row['id']} has no docker hosts: nothing to prune")
+    record_pruned(_db(db_path), run_row["id"], results)
     failed = False
     for host, done in results.items():
         if "error" in done:
@@ -620,6 +621,11 @@ main.add_command(hosts_group)
 from .assets_cli import assets_group  # noqa: E402
 
 main.add_command(assets_group)
+
+# `resenv image build`: an image for docker hosts, made without pulling
+from .image_cli import image_group  # noqa: E402
+
+main.add_command(image_group)
 
 
 if __name__ == "__main__":

@@ -80,6 +80,38 @@ def tier_never_ran(rows: Rows, run: Mapping[str, Any], job: Mapping[str, Any], t
             "so there is nothing to retry")
 
 
+def kept_attempt(rows: Rows, job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The job's newest full attempt: the post-agent state a tier retry judges."""
+    kept = rows("SELECT id, number, state, host, finished_at FROM attempts WHERE job_id = ? AND scope = 'job'"
+                " ORDER BY number DESC LIMIT 1", (job["id"],))
+    return dict(kept[0]) if kept else None
+
+
+def checkpoint_removed(rows: Rows, run: Mapping[str, Any], job: Mapping[str, Any]) -> str | None:
+    """Why a tier retry is refused because the kept state was a docker checkpoint image that has since
+    been removed (`resenv prune`, or the run's end with `keep_checkpoints: false`), or None."""
+    attempt = kept_attempt(rows, job)
+    if attempt is None:
+        return None
+    events = rows("SELECT ts, data FROM events WHERE run_id = ? AND kind = 'docker_prune' AND ts >= ? ORDER BY id",
+                  (run["id"], attempt["finished_at"] or 0))
+    for event in events:
+        try:
+            data = json.loads(event["data"])
+        except ValueError:
+            continue
+        removed = data.get("removed") if isinstance(data, dict) else None
+        if data.get("host") != attempt["host"] or not isinstance(removed, dict) or not removed.get("images"):
+            continue
+        how = ("`resenv prune`" if data.get("by") == "resenv prune"
+               else "the run's end (docker.keep_checkpoints: false)")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event["ts"]))
+        return (f"the state attempt {attempt['number']} of job {job['key']} left was a checkpoint image on docker host"
+                f" {attempt['host']}, removed by {how} at {when}: no tier can be judged on it again"
+                f" (`resenv control retry {run['id']} {job['key']}` runs a new attempt)")
+    return None
+
+
 def _skip_reason(result: Mapping[str, Any]) -> str:
     """`insufficient_hardware: needs 1 GPU, host gave 0`: a skip's category and the reason it recorded."""
     try:
@@ -220,10 +252,13 @@ class ControlApplier:
             return "rejected", f"job {job['key']} is {job['state']}; retry a tier once the job has finished"
         if job["attempts"] == 0:
             return "rejected", f"job {job['key']} never ran: there is no post-agent state to probe"
-        if (never := tier_never_ran(engine._read, engine.run, job, tier)) is not None:
-            return "rejected", never
+        refused = tier_never_ran(engine._read, engine.run, job, tier) or checkpoint_removed(engine._read, engine.run, job)
+        if refused is not None:
+            return "rejected", refused
+        kept = kept_attempt(engine._read, job)
         engine.queue_tier_retry(job["id"], tier)
-        return "applied", f"job {job['key']}: tier {tier} queued to re-run on the state attempt {job['attempts']} left"
+        number = kept["number"] if kept else job["attempts"]
+        return "applied", f"job {job['key']}: tier {tier} queued to re-run on the state attempt {number} left"
 
     # -- helpers ----------------------------------------------------------------------------
     def _stop(self, running: Any, reason: str) -> None:

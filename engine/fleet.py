@@ -42,6 +42,7 @@ class Fleet:
         self._tasks: list[asyncio.Task[None]] = []
         self._last_processes: dict[str, list[tuple]] = {}
         self._down_since: dict[str, float] = {}  # SSH hosts waited for, since when
+        self._preflighted: set[str] = set()  # docker hosts whose preflight ran (or runs)
 
     async def start(self) -> None:
         ssh = [host for host in self.hosts if _is_ssh(host)]
@@ -57,6 +58,7 @@ class Fleet:
         for host in self.hosts:
             self._start_sampler(host)
         await self._docker_hygiene("reap")
+        await self._docker_preflight()
         self._tasks.append(asyncio.create_task(self._telemetry_loop(), name="telemetry"))
 
     async def _start_slurm(self) -> None:
@@ -118,6 +120,46 @@ class Fleet:
                 with contextlib.suppress(Exception):
                     await host.close()
 
+    async def _docker_preflight(self) -> None:
+        """Before any job: each docker host's daemon, image and a throwaway container with the jobs'
+        settings (engine/sandbox/docker_preflight.py). A host that fails is broken with the cause and
+        the fix, so its jobs end as `error/host_setup` instead of failing one by one. An SSH host that
+        is down now is checked when it comes up (`_host_state`)."""
+        for host in self.hosts:
+            if _is_docker(host) and host.available():
+                await self._preflight_host(host)
+        self.engine.wake.set()
+
+    async def _preflight_host(self, host: Any) -> None:
+        from .sandbox import docker as docker_sandbox
+        from .sandbox.docker_preflight import run_preflight
+
+        if host.name in self._preflighted:
+            return
+        self._preflighted.add(host.name)
+        try:
+            factory = await docker_sandbox.client_factory_for(host)
+        except Exception as error:  # the SSH host went down meanwhile: checked again when it is back
+            self._preflighted.discard(host.name)
+            log.warning("docker preflight on %s: %s", host.name, error)
+            return
+        # in a worker thread: a remote daemon's forwarded socket is served by this event loop
+        result = await asyncio.to_thread(run_preflight, factory, host.spec.image, host.spec.docker,
+                                         host=host.name, run_id=self.run_id, remote=_is_ssh(host),
+                                         gpus=tuple(host.gpu_ids[:1]))
+        self.writer.event(self.run_id, "docker_preflight", {
+            "host": host.name, "daemon": result.daemon, "version": result.version, "image": result.image_id,
+            "python3": result.python3, "problems": result.problems, "notes": result.notes})
+        for note in result.notes:
+            self.engine.display.message(f"host {host.name}: {note}")
+        if result.ok:
+            return
+        reason = f"docker preflight failed: {'; '.join(result.problems)}"
+        host.mark_broken(reason)
+        if not _is_ssh(host):  # an SSH host's connection tells its listeners, which record it
+            self._record(host, "broken", reason)
+            self.engine.display.message(f"host {host.name} cannot run jobs: {reason}")
+
     async def _docker_hygiene(self, what: str) -> None:
         """reap: a run's orphans when an engine starts; prune: its containers and images at its end."""
         docker_hosts = [host for host in self.hosts if getattr(host.spec, "sandbox", "process") == "docker"]
@@ -165,6 +207,8 @@ class Fleet:
         self._record(host, state, reason)
         if state == "up":
             self.engine.display.message(f"host {host.name} is up")
+            if _is_docker(host) and host.name not in self._preflighted and self._tasks:  # down at the start
+                self._tasks.append(asyncio.get_running_loop().create_task(self._preflight_host(host)))
             if host.auto_gpus and not host.gpu_ids:
                 asyncio.get_running_loop().create_task(self._refresh(host))
         elif state == "broken":
@@ -261,6 +305,10 @@ def _ssh_state(host: Any) -> tuple[str, str | None]:
 
 def _is_ssh(host: Any) -> bool:
     return getattr(host, "kind", "local") == "ssh" and hasattr(host, "connection")
+
+
+def _is_docker(host: Any) -> bool:
+    return getattr(getattr(host, "spec", None), "sandbox", "process") == "docker"
 
 
 def _is_slurm(host: Any) -> bool:

@@ -18,6 +18,7 @@ import re
 import shlex
 import tempfile
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,7 @@ else
   echo "nvidia_smi="
 fi
 if command -v docker >/dev/null 2>&1; then
-  echo "docker=$(docker version --format '{{.Server.Version}}' 2>&1 | grep -v '^ *$' | head -n 1)"
-  if [ -n "$2" ]; then echo "image=$(docker image inspect --format '{{.Id}}' "$2" 2>&1 | head -n 1)"; fi
+  echo "docker=$(docker version --format '{{.Server.Version}}' 2>&1 | grep -v '^ *$' | tr '\n' ' ')"
 else
   echo "docker="
 fi
@@ -50,7 +50,7 @@ echo "disk_free_kib=$(df -Pk "$p" 2>/dev/null | awk 'NR==2{print $4}')"
 for tool in git tar setsid sh python3; do echo "tool_$tool=$(command -v $tool)"; done
 echo "user=$(id -un 2>/dev/null || id -u)"
 echo "uid=$(id -u)"
-if [ -n "$3" ] && [ -e "$3" ]; then echo "shares_data_dir=yes"; fi
+if [ -n "$2" ] && [ -e "$2" ]; then echo "shares_data_dir=yes"; fi
 echo "python3=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)"
 if out=$(mkdir -p "$d" 2>&1) && out=$(mktemp "$d/.resenv-check.XXXXXX" 2>&1) && rm -f "$out"; then
   echo "data_dir_writable=yes"
@@ -81,6 +81,7 @@ class HostFacts:
     docker: str | None = None  # server version, or None
     slurm: dict[str, Any] | None = None  # partition, nodes, GPUs per node, limits (slurm hosts)
     docker_error: str | None = None
+    docker_preflight: Any = field(default=None, repr=False)  # sandbox: docker: the run's preflight (daemon, image, a container)
     image: str | None = None
     disk_free_gib: float | None = None
     tools: dict[str, str | None] = field(default_factory=dict)
@@ -139,10 +140,6 @@ def parse_facts(name: str, kind: str, text: str) -> HostFacts:
                 facts.docker = value
             elif value:
                 facts.docker_error = value[:300]
-        elif key == "image":
-            facts.image = value if value.startswith("sha256:") else None
-            if not facts.image:
-                facts.problems.append(f"docker image missing: {value[:200]}")
         elif key == "disk_free_kib" and value.isdecimal():
             facts.disk_free_gib = round(int(value) / 2**20, 1)
         elif key.startswith("tool_"):
@@ -190,9 +187,13 @@ def judge(facts: HostFacts, spec: Any, data_dir: Path | None = None, mirror: boo
             facts.problems.append(f"spec asks for GPU ids {sorted(ids - have)} the host does not have (has {sorted(have)})")
     elif facts.gpu_state not in ("ok", "no NVIDIA driver"):
         facts.problems.append(facts.gpu_state)
-    if getattr(spec, "sandbox", "process") == "docker":
-        if facts.docker is None:
-            facts.problems.append(f"sandbox: docker but docker is not usable: {facts.docker_error or 'not installed'}")
+    if getattr(spec, "sandbox", "process") == "docker" and facts.docker_preflight is not None:
+        preflight = facts.docker_preflight
+        facts.docker, facts.image = preflight.version or facts.docker, preflight.image_id
+        if preflight.version is not None:
+            facts.docker_error = None
+        facts.blocking.extend(preflight.problems)
+        facts.notes.extend(preflight.notes)
     if facts.disk_free_gib is not None and facts.disk_free_gib < MIN_FREE_GIB:
         facts.problems.append(f"only {facts.disk_free_gib} GiB free at the data dir (want >= {MIN_FREE_GIB:g})")
     remote = getattr(spec, "kind", "local") == "ssh"
@@ -235,21 +236,42 @@ def pwd_name(uid: int) -> str:
 
 
 async def local_facts(name: str, spec: Any, data_dir: Path) -> HostFacts:
-    image = getattr(spec, "image", None) if getattr(spec, "sandbox", "process") == "docker" else ""
     process = await asyncio.create_subprocess_exec(
-        "sh", "-c", FACTS_SCRIPT, "facts", str(data_dir), image or "",
+        "sh", "-c", FACTS_SCRIPT, "facts", str(data_dir),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL)
     out, _ = await process.communicate()
-    return judge(parse_facts(name, "local", out.decode(errors="replace")), spec, data_dir)
+    facts = parse_facts(name, "local", out.decode(errors="replace"))
+    if getattr(spec, "sandbox", "process") == "docker":
+        facts.docker_preflight = await docker_preflight(SimpleNamespace(name=name, kind="local", spec=spec),
+                                                        _first_gpu(facts, spec))
+    return judge(facts, spec, data_dir)
 
 
-async def remote_facts(connection: Any, spec: Any, data_dir: Path, mirror: bool = False) -> HostFacts:
+async def docker_preflight(host: Any, gpus: tuple[int, ...] = ()) -> Any:
+    """The preflight a run does on a docker host (engine/sandbox/docker_preflight.py), for the check."""
+    from .sandbox.docker import client_factory_for
+    from .sandbox.docker_preflight import run_preflight
+
+    factory = await client_factory_for(host)
+    return await asyncio.to_thread(run_preflight, factory, host.spec.image, host.spec.docker, host=host.name,
+                                   run_id="hosts-check", remote=host.kind == "ssh", gpus=gpus)
+
+
+def _first_gpu(facts: HostFacts, spec: Any) -> tuple[int, ...]:
+    """One GPU for the preflight's container to ask for, when the spec lets jobs on this host have GPUs."""
+    wanted = getattr(spec, "gpus", "auto")
+    if wanted == 0 or wanted == [] or facts.gpu_state != "ok":
+        return ()
+    return tuple(sorted(gpu["index"] for gpu in facts.gpus)[:1])
+
+
+async def remote_facts(connection: Any, spec: Any, data_dir: Path, check_docker: bool = False,
+                       mirror: bool = False) -> HostFacts:
     """The facts of an SSH host; its data dir is its own (`spec.data_dir`, or the remote user's XDG
     data dir, which the script resolves), or with `mirror` the engine's `data_dir`."""
     from .remote import HostDown, round_trip
 
     name = connection.target.name
-    image = getattr(spec, "image", None) if getattr(spec, "sandbox", "process") == "docker" else ""
     marker = None
     if mirror:  # a file only this machine made: the host sees it when it shares the data dir with the engine
         with contextlib.suppress(OSError):
@@ -258,7 +280,7 @@ async def remote_facts(connection: Any, spec: Any, data_dir: Path, mirror: bool 
                 os.close(handle)
     there = str(data_dir) if mirror else (getattr(spec, "data_dir", None) or "")
     command = ("sh -c " + shlex.quote(FACTS_SCRIPT) + " facts " + shlex.quote(there) + " "
-               + shlex.quote(image or "") + " " + shlex.quote(marker or ""))
+               + shlex.quote(marker or ""))
     try:
         await connection.ensure()
         result = await connection.run(command, timeout=60)
@@ -271,7 +293,11 @@ async def remote_facts(connection: Any, spec: Any, data_dir: Path, mirror: bool 
         if marker is not None:
             with contextlib.suppress(OSError):
                 os.unlink(marker)
-    facts = judge(parse_facts(name, "ssh", result.stdout.decode(errors="replace")), spec, data_dir, mirror)
+    facts = parse_facts(name, "ssh", result.stdout.decode(errors="replace"))
+    if getattr(spec, "sandbox", "process") == "docker" and check_docker:
+        facts.docker_preflight = await docker_preflight(SimpleNamespace(name=name, kind="ssh", spec=spec,
+                                                                        connection=connection), _first_gpu(facts, spec))
+    facts = judge(facts, spec, data_dir, mirror)
     facts.round_trip_ms = round(rtt * 1000, 2)
     return facts
 
@@ -291,7 +317,7 @@ async def check_hosts(bench: Any, data_dir: Path, names: list[str] | None = None
         elif spec.kind == "ssh":
             connection = SshConnection(SshTarget.from_spec(name, spec))
             try:
-                results.append(await remote_facts(connection, spec, data_dir))
+                results.append(await remote_facts(connection, spec, data_dir, check_docker=True))
             finally:
                 await connection.close()
         else:
@@ -316,6 +342,7 @@ def format_facts(facts: HostFacts) -> list[str]:
         f"  gpus: {gpus}",
         f"  driver: {facts.driver_version or '—'}, CUDA: {facts.cuda_version or '—'}",
         f"  docker: {facts.docker or ('not usable: ' + facts.docker_error if facts.docker_error else 'not installed')}",
+        *_docker_lines(facts),
         f"  data dir: {facts.data_dir or '—'}"
         + ("" if facts.data_dir_error else " (can create files there)") + f", free disk: {facts.disk_free_gib} GiB",
         f"  user: {facts.user or '—'}, python3 {facts.python3 or 'missing'}, tools: "
@@ -324,6 +351,15 @@ def format_facts(facts: HostFacts) -> list[str]:
     ]
     lines += [f"  problem: {problem}" for problem in facts.problems] or ["  problems: none"]
     return lines
+
+
+def _docker_lines(facts: HostFacts) -> list[str]:
+    """For a docker host: where its daemon is and what image its jobs get (the preflight's findings)."""
+    preflight = facts.docker_preflight
+    if preflight is None:
+        return []
+    image = f"image {preflight.image_id[:19]}, python3 {preflight.python3 or '—'}" if preflight.image_id else "no image"
+    return [f"  docker daemon: {preflight.daemon}; {image}"]
 
 
 # ---- the CLI group (registered in cli.py) ---------------------------------------------------------

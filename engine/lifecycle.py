@@ -198,6 +198,7 @@ class JobAttempt:
         if not self.paths.workdir.is_dir():
             raise AttemptError(f"the kept state of attempt {self.number} is gone: {self.paths.workdir}", "infra")
         self.sandbox = self.lease.host.sandbox(self.paths.workdir, lease=self.lease, attempt=self, reopen=True)
+        await self._start_sandbox()
         repo = self.ctx.suite.repo(self.job["repo_id"])
         source = repo.source
         local = (self.ctx.bench.base_dir / source.path).resolve() if getattr(source, "path", None) else None
@@ -291,6 +292,13 @@ class JobAttempt:
             return self.lease.host.sandbox(workdir, lease=self.lease, attempt=self)  # lease/attempt: containers' labels and GPUs
 
         self.sandbox = await asyncio.to_thread(provision)
+        await self._start_sandbox()
+
+    async def _start_sandbox(self) -> None:
+        """A container starts here, in the provision phase, so that one that cannot start fails the
+        provision (with the daemon's reason), not the checkout that would have been its first command."""
+        if (start := getattr(self.sandbox, "start", None)) is not None:
+            await start()
 
     async def _checkout(self) -> None:
         repo = self.ctx.suite.repo(self.job["repo_id"])

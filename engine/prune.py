@@ -2,7 +2,8 @@
 
 Checkpoint images outlive a run so that any tier can be re-run later (`docker.keep_checkpoints`);
 this removes them, with any container the run left, on every docker host of the run — by the run's
-labels only, never anything resenv did not make. A run an engine is still running is refused.
+labels only, never anything resenv did not make. A run an engine is still running is refused. What was removed is stored as a `docker_prune` event per
+host, so that a later tier retry on that state is refused up front with the reason (engine/controls.py).
 """
 
 from __future__ import annotations
@@ -48,3 +49,20 @@ async def prune_run(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
                 with contextlib.suppress(Exception):
                     await host.close()
     return results
+
+
+def record_pruned(db: Path, run_id: str, results: dict[str, dict[str, Any]]) -> None:
+    """Store what `resenv prune` removed from each host, as the run's end does (`docker_prune`)."""
+    import time
+
+    from .store import dumps, open_for_writing
+
+    conn = open_for_writing(db)
+    try:
+        with conn:
+            for host, done in results.items():
+                if "error" not in done:
+                    conn.execute("INSERT INTO events (run_id, ts, kind, data) VALUES (?, ?, 'docker_prune', ?)",
+                                 (run_id, time.time(), dumps({"host": host, "removed": done, "by": "resenv prune"})))
+    finally:
+        conn.close()

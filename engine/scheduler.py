@@ -643,7 +643,8 @@ class Engine:
         self, job: dict[str, Any], work: TierWork, kept: dict[str, Any], attempt_id: int | None,
         outcome: AttemptOutcome,
     ) -> None:
-        self.display.message(f"{job['key']}: tier {work.tiers[0]} re-run {outcome.state}")
+        why = f": {outcome.reason}" if outcome.state == "error" and outcome.reason else ""
+        self.display.message(f"{job['key']}: tier {work.tiers[0]} re-run {outcome.state}{why}")
 
     def _read(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
         """A short read on its own read-only connection (what the writer committed so far)."""

@@ -40,7 +40,9 @@ Schema (version 1)::
         sandbox: process             # process | docker (docker needs image:)
         image: null                  # docker: an image present on the host (never pulled)
         docker: {network: none, cpus: null, memory_mib: null, pids: 4096, shm_mib: 2048,
-                 memlock: -1, user: null}   # network: none | host (never a bridge)
+                 memlock: null, user: null, socket: null}   # network: none | host (never a
+                                     #   bridge); memlock: null (the daemon's), -1 (unlimited) or
+                                     #   bytes; socket: the daemon's (local: $DOCKER_HOST)
       gpu-box:
         kind: ssh                    # public-key auth only, one multiplexed connection
         address: 10.0.0.5            # host name or IP
@@ -273,6 +275,21 @@ def _at_least(minimum: int, unit: str = "an integer"):
             raise ValueError(f"expected {unit} >= {minimum}, got {value}")
         return value
     return check
+
+
+def _memlock(value: int) -> int:
+    if value == -1 or value >= 1:
+        return value
+    raise ValueError(f"expected -1 (unlimited) or a number of bytes >= 1, got {value}; leave it out (null)"
+                     " to keep the docker daemon's own limit")
+
+
+def _docker_socket(value: str) -> str:
+    path = value.removeprefix("unix://")
+    if not path.startswith("/"):
+        raise ValueError(f"expected the absolute path of the docker daemon's unix socket"
+                         f" (/var/run/docker.sock or unix:///var/run/docker.sock), got {value!r}")
+    return path
 
 
 def _non_negative(value: float) -> float:
@@ -582,9 +599,13 @@ class DockerOptions(SpecModel):
     memory_mib: PositiveInt | None = None  # hard memory limit (swap included)
     pids: PositiveInt = 4096  # pids limit
     shm_mib: PositiveInt = 2048  # /dev/shm (NCCL needs more than docker's 64 MiB)
-    memlock: int = -1  # RLIMIT_MEMLOCK for NCCL/IB; -1 = unlimited
+    # RLIMIT_MEMLOCK for NCCL over InfiniBand, in bytes; -1 = unlimited. None (the default) leaves
+    # the daemon's own: raising it needs CAP_SYS_RESOURCE, which many machines' dockerd lacks.
+    memlock: Annotated[int, Strict(), AfterValidator(_memlock)] | None = None
     user: Text | None = None  # user[:group] in the container (default: the image's)
-    socket: Text = "/var/run/docker.sock"  # the daemon's socket on an ssh host (local: $DOCKER_HOST or this)
+    # The daemon's unix socket (a path or unix:// URL). None: a local host uses $DOCKER_HOST (else
+    # the default socket), an ssh host /var/run/docker.sock on that host.
+    socket: Annotated[str, Strict(), AfterValidator(_docker_socket)] | None = None
     # Post-agent checkpoint images outlive the run, so any tier can be re-run after it ended
     # (`resenv control retry RUN JOB --tier C3`, then `resenv run --resume RUN`); false removes them
     # at the run's end with its containers.

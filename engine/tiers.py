@@ -26,7 +26,7 @@ from ..probes.c0reuse import ReuseStore
 from ..probes.c2 import judge_c2, primary_framework, read_frameworks
 from ..probes.capture import last_json_line, read_tail
 from ..probes.census import Census
-from ..probes.classifier import blamed_download, classify
+from ..probes.classifier import absent_from_sources, blamed_download, classify
 from ..probes.integrity import TAMPERED, Integrity, import_dirs
 from ..probes.outcome import BAD_INTERPRETER, interpreter_problem, uncaught_exception
 from ..probes.kit import SCRIPTS, script_source
@@ -529,9 +529,14 @@ class TierRunner:
         evidence |= {"signature": verdict.signature, "evidence_line": verdict.evidence}
         category = verdict.category
         if category == "deps_missing" and (cause := self._agent_download_failure(verdict.evidence)) is not None:
-            # The package is missing because the agent could not download it: that is the root cause.
-            category = "download_failed"
-            evidence |= {"root_cause": "agent log", "root_cause_line": cause}
+            # The package is missing because the agent could not get it: that is the root cause. An
+            # agent without a package index downloaded nothing: its local sources lacked the package.
+            if self._agent_offline() and absent_from_sources(cause):
+                category = "offline_miss"
+                evidence |= {"root_cause": "agent log (offline: no package index)", "root_cause_line": cause}
+            else:
+                category = "download_failed"
+                evidence |= {"root_cause": "agent log", "root_cause_line": cause}
         return TierResult(tier, "fail", category, evidence)
 
     async def _compiled_modules(self) -> frozenset[str]:
@@ -545,6 +550,11 @@ class TierRunner:
             return await self.attempt.ctx.censuses.compiled_modules(self.repo.id, pristine)
         except (RuntimeError, OSError, subprocess.SubprocessError):
             return frozenset()
+
+    def _agent_offline(self) -> bool:
+        """Whether the job's agent installs without any package index (the baseline's `offline: true`)."""
+        adapter = self.attempt.ctx.agents.get(self.attempt.job["agent"])
+        return bool(getattr(getattr(adapter, "spec", None), "offline", False))
 
     def _agent_download_failure(self, failure: str) -> str | None:
         """The agent log's line showing that the package the probe's `failure` line misses could not

@@ -76,8 +76,10 @@ Rule order (first match wins) and why
   findings), `no_interpreter` (a valid report that names no interpreter: `python_path` absent or
   null), `no_gpu_use` (a C3/C4 entrypoint that exited 0 while the driver never showed one of
   its processes on a leased GPU: engine/gpuwatch.py), `bad_interpreter` and `tampered` (the
-  integrity and outcome checks: probes/outcome.py, probes/integrity.py) are set by their callers
-  and never inferred from text (`CALLER_CATEGORIES`).
+  integrity and outcome checks: probes/outcome.py, probes/integrity.py) and `offline_miss` (a
+  package an agent working without a package index could not find in its local sources: nothing was
+  downloaded, so nothing failed to download; set where the agent is known to be offline) are set by
+  their callers and never inferred from text (`CALLER_CATEGORIES`).
 
 The agent's log as root cause
 -----------------------------
@@ -109,11 +111,11 @@ from .buildinfo import declared_match
 CATEGORIES = (
     "deps_missing", "native_extension", "cuda_mismatch", "no_gpu", "oom", "nccl", "timeout",
     "entrypoint_not_found", "missing_report", "invalid_report", "no_interpreter", "download_failed", "runtime",
-    "infra", "bad_interpreter", "tampered", "no_gpu_use",
+    "infra", "bad_interpreter", "tampered", "no_gpu_use", "offline_miss",
 )
 
 CALLER_CATEGORIES = frozenset({"infra", "missing_report", "invalid_report", "no_interpreter", "no_gpu_use",
-                               "bad_interpreter", "tampered"})
+                               "bad_interpreter", "tampered", "offline_miss"})
 """Categories that callers set from what they measured; no output text ever yields one."""
 
 SCAN_CHARS = 256 * 1024
@@ -638,6 +640,13 @@ def _recoveries(text: str) -> list[tuple[int, str]]:
         else:
             out.append((match.start(), canonical(match.group("uv") or match.group("req"))))
     return out
+
+
+def absent_from_sources(line: str) -> bool:
+    """Whether an installer's failure line says the package is not in the sources it searched ("No
+    matching distribution found for x", uv's "not found in the provided package locations"), not that
+    the network failed: offline, that is a miss of the local sources, not a failed download."""
+    return _NOT_FOUND.search(line) is not None and _NETWORK.search(line) is None
 
 
 def blamed_download(failure: str, agent_log: str) -> str | None:

@@ -6,5 +6,6 @@ into a new scoring beside the old one. Bump the version whenever a change can al
 category or hallucination count for the same post-agent state.
 """
 
-RULES_VERSION = "2026.12"
-"""Date-stamped: the month the rules last changed their verdicts."""
+RULES_VERSION = "2026.12.2"
+"""Date-stamped: the month the rules last changed their verdicts, and which change of that month
+(2026.12.2: an offline agent's missing package is `offline_miss`, no longer `download_failed`)."""

@@ -76,8 +76,8 @@ Steps
    * ``{"type": "tool_result", "id", "exit_code", "seconds", "timed_out", "output_tail",
      "lines_dropped"}`` (``exit_code`` null when the command could not start or was killed);
    * ``{"type": "error", "step", "category", "message"}`` — a failed step; ``category`` is from
-     resenv's classifier vocabulary (``download_failed``, ``deps_missing``, ``native_extension``,
-     ``timeout``, ``runtime``, ``infra``) or ``budget``.
+     resenv's classifier vocabulary (``download_failed``, ``offline_miss``, ``deps_missing``,
+     ``native_extension``, ``timeout``, ``runtime``, ``infra``) or ``budget``.
 5. **Budget**: ``--budget-s`` is the agent's wall-clock budget; installs stop when fewer than a
    reserve's seconds are left (kept for verification and the report). pip runs with
    ``--retries 1 --timeout 15`` (uv: ``UV_HTTP_TIMEOUT=15``, ``UV_HTTP_RETRIES=1``); after one network
@@ -918,10 +918,10 @@ def index_unreachable(output: str) -> bool:
 def failure_category(output: str, *, exit_code: int | None, timed_out: bool = False, offline: bool = False) -> str:
     """The category of a failed command, by resenv's own classifier (the judges' vocabulary and rules).
     Offline, a package the local sources lack is not a download that failed: nothing was downloaded,
-    so the classifier's ``download_failed`` for "no matching distribution" reads ``deps_missing``."""
+    so the classifier's ``download_failed`` for "no matching distribution" reads ``offline_miss``."""
     category = classifier.classify(output, returncode=exit_code, timed_out=timed_out).category
     if offline and category == "download_failed" and not network_failed(output):
-        return "deps_missing"
+        return "offline_miss"
     return category
 
 

@@ -3,8 +3,9 @@
 * **Container**: created from the host's ``image`` (present on the host; resenv never pulls), with
   ``--init`` as PID 1 and an idle shell as its main process; every command is a ``docker exec``.
   Never privileged, ``no-new-privileges``; network mode ``none`` or ``host`` only (never a bridge);
-  CPU quota, memory (swap included) and pids limits from the spec; ``/dev/shm`` size and an
-  unlimited ``memlock`` ulimit for NCCL; GPUs only when the job leased some, as
+  CPU quota, memory (swap included) and pids limits from the spec; ``/dev/shm`` size for NCCL, and
+  a ``memlock`` ulimit only when the spec sets one (raising it needs CAP_SYS_RESOURCE in the daemon,
+  which many machines lack: unset keeps the daemon's own); GPUs only when the job leased some, as
   ``DeviceRequest(device_ids=[leased ids], capabilities=[["gpu"]])`` — inside the container those
   GPUs are numbered from 0, so ``CUDA_VISIBLE_DEVICES`` is renumbered for each exec.
 * **Labels**: ``resenv.run``, ``resenv.job``, ``resenv.attempt`` (and ``resenv.managed=1``). resenv
@@ -32,10 +33,11 @@
   (``resenv-ckpt:<run>-<job>-a<attempt>``, same labels), so any tier can be re-run later in a fresh
   container started from it (``reopen=True``).
 
-Remote docker (``kind: ssh`` with ``sandbox: docker``) uses the same SDK through the host's SSH
-connection: the remote ``/var/run/docker.sock`` is forwarded to a local unix socket
-(``direct-streamlocal`` channels, which are not sessions and so do not count against the server's
-MaxSessions). Chosen over running the ``docker`` CLI over SSH because it keeps one code path for
+A local docker host's daemon is at ``docker.socket`` when the spec names one, else where
+``DOCKER_HOST`` says (`local_docker_client`). Remote docker (``kind: ssh`` with ``sandbox: docker``)
+uses the same SDK through the host's SSH connection: the remote daemon's socket (``docker.socket``,
+else ``/var/run/docker.sock``) is forwarded to a local unix socket (``direct-streamlocal`` channels,
+which are not sessions and so do not count against the server's MaxSessions). Chosen over running the ``docker`` CLI over SSH because it keeps one code path for
 local and remote (tar streams, exec sockets, labels, device requests, typed errors) instead of
 re-encoding every call as a command line and parsing its text output. Every SDK call runs in a
 worker thread (``asyncio.to_thread``): the calls block, and for a remote daemon the forwarding
@@ -46,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import logging
 import os
@@ -63,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .base import ExecResult, OutputLine, SandboxError, SandboxPathError
+from .base import ExecResult, HostSetupError, OutputLine, SandboxError, SandboxPathError
 from .common import (
     BackgroundTasks,
     ExecTimer,
@@ -88,6 +91,11 @@ log = logging.getLogger(__name__)
 
 LABEL_RUN, LABEL_JOB, LABEL_ATTEMPT, LABEL_MANAGED = "resenv.run", "resenv.job", "resenv.attempt", "resenv.managed"
 CHECKPOINT_REPO = "resenv-ckpt"
+
+
+class CheckpointGone(SandboxError):
+    """A tier re-run found its attempt's checkpoint image removed: that post-agent state is gone for
+    good, so the re-run ends at once (never retried)."""
 IDLE = ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 3600 & wait $!; done"]
 BACKSTOP_GRACE_S = 10
 
@@ -100,10 +108,20 @@ def checkpoint_tag(run_id: str, job_key: str, number: int) -> str:
     return f"{_slug(run_id)}-{_slug(job_key)}-a{number}"
 
 
-def local_docker_client() -> Any:
+def local_docker_client(socket_path: str | None = None) -> Any:
+    """The local daemon: at `docker.socket` when the spec names one, else where $DOCKER_HOST says
+    (else the default socket), as the docker CLI finds it."""
     import docker
 
+    if socket_path:
+        return docker.DockerClient(base_url=f"unix://{socket_path}", timeout=120)
     return docker.from_env(timeout=120)
+
+
+def local_client_factory(host: Any) -> Callable[[], Any]:
+    """How to reach a local docker host's daemon (its `docker.socket`, else the environment's)."""
+    socket_path = getattr(getattr(getattr(host, "spec", None), "docker", None), "socket", None)
+    return functools.partial(local_docker_client, socket_path)
 
 
 def remote_docker_client(host: Any) -> Any:
@@ -121,7 +139,7 @@ async def client_factory_for(host: Any) -> Callable[[], Any]:
     if getattr(host, "kind", "local") == "ssh" and hasattr(host, "connection"):
         await forward_docker_socket(host)
         return lambda: remote_docker_client(host)
-    return local_docker_client
+    return local_client_factory(host)
 
 
 async def forward_docker_socket(host: Any, remote: str | None = None) -> str:
@@ -134,6 +152,36 @@ async def forward_docker_socket(host: Any, remote: str | None = None) -> str:
     await conn.forward_local_path(path, remote)
     host._docker_forward, host._docker_forward_conn = path, conn
     return path
+
+
+def container_kwargs(image: str, options: Any, *, name: str, labels: Mapping[str, str], gpus: Sequence[int] = (),
+                     command: Sequence[str] = IDLE) -> dict[str, Any]:
+    """What a container of this host is created with: its image, the spec's limits, resenv's labels,
+    the leased GPUs. The sandbox and the preflight (engine/sandbox/docker_preflight.py) share it, so a
+    preflight that passes started a container like every job's."""
+    from docker.types import DeviceRequest, Ulimit
+
+    o = options
+    if o.network not in ("none", "host"):  # the spec refuses it already; never a bridge
+        raise SandboxError(f"network mode {o.network!r} is not allowed")
+    kwargs: dict[str, Any] = {
+        "image": image, "command": list(command), "name": name, "labels": dict(labels),
+        "init": True, "detach": True, "privileged": False, "security_opt": ["no-new-privileges"],
+        "network_mode": o.network, "pids_limit": o.pids, "shm_size": f"{o.shm_mib}m",
+        "working_dir": "/", "stdin_open": False, "tty": False,
+    }
+    if o.memlock is not None:
+        kwargs["ulimits"] = [Ulimit(name="memlock", soft=o.memlock, hard=o.memlock)]
+    if o.cpus:
+        kwargs["nano_cpus"] = int(o.cpus * 1e9)
+    if o.memory_mib:
+        kwargs["mem_limit"] = f"{o.memory_mib}m"
+        kwargs["memswap_limit"] = f"{o.memory_mib}m"
+    if o.user:
+        kwargs["user"] = o.user
+    if gpus:
+        kwargs["device_requests"] = [DeviceRequest(device_ids=[str(g) for g in gpus], capabilities=[["gpu"]])]
+    return kwargs
 
 
 @dataclass(eq=False)
@@ -194,35 +242,19 @@ class DockerSandbox:
             workdir=workdir, image=image, options=spec.docker, labels=labels,
             gpus=tuple(lease.gpus) if lease is not None else (),
             name=f"resenv-{_slug(run_id)}-{attempt_id}-{os.urandom(2).hex()}",
-            client_factory=client_factory or local_docker_client,
+            client_factory=client_factory or local_client_factory(host),
             checkpoint_as=None if reopen else f"{CHECKPOINT_REPO}:{tag}",
             job_id=attempt.job["id"] if attempt is not None else None, host=host,
         )
 
+    async def start(self) -> None:
+        """Create and start the container now (the provision phase), not at the first command: a
+        container that cannot start is the provision's failure, not the checkout's."""
+        await self._ensure()
+
     def create_kwargs(self) -> dict[str, Any]:
         """Everything the container is created with (kept in one place so tests can check it)."""
-        from docker.types import DeviceRequest, Ulimit
-
-        o = self.options
-        kwargs: dict[str, Any] = {
-            "image": self.image, "command": IDLE, "name": self.name, "labels": dict(self.labels),
-            "init": True, "detach": True, "privileged": False, "security_opt": ["no-new-privileges"],
-            "network_mode": o.network, "pids_limit": o.pids, "shm_size": f"{o.shm_mib}m",
-            "ulimits": [Ulimit(name="memlock", soft=o.memlock, hard=o.memlock)],
-            "working_dir": "/", "stdin_open": False, "tty": False,
-        }
-        if o.network not in ("none", "host"):  # the spec refuses it already; never a bridge
-            raise SandboxError(f"network mode {o.network!r} is not allowed")
-        if o.cpus:
-            kwargs["nano_cpus"] = int(o.cpus * 1e9)
-        if o.memory_mib:
-            kwargs["mem_limit"] = f"{o.memory_mib}m"
-            kwargs["memswap_limit"] = f"{o.memory_mib}m"
-        if o.user:
-            kwargs["user"] = o.user
-        if self.gpus:
-            kwargs["device_requests"] = [DeviceRequest(device_ids=[str(g) for g in self.gpus], capabilities=[["gpu"]])]
-        return kwargs
+        return container_kwargs(self.image, self.options, name=self.name, labels=self.labels, gpus=self.gpus)
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         import docker.errors
@@ -253,24 +285,42 @@ class DockerSandbox:
             try:
                 container = await self._call(self.client.containers.create, **self.create_kwargs())
             except SandboxError as error:
-                import docker.errors
-
-                if self.checkpoint_as is None and isinstance(error.__cause__, docker.errors.ImageNotFound):
-                    # a reopened attempt whose checkpoint was removed: its post-agent state is gone
-                    raise SandboxError(
-                        f"the checkpoint image {self.image} is gone from this docker host (`resenv prune` removes "
-                        "it, and so does the run's end with docker.keep_checkpoints: false)") from error
+                self._raise_typed(error)
                 raise
             self.container, self.container_id = container, container.id
             if self.job_id is not None:
                 DockerSandbox.registry[container.id] = self.job_id
-            await self._call(container.start)
+            try:
+                await self._call(container.start)
+            except SandboxError as error:
+                self._raise_typed(error)
+                raise
             dirs = " ".join(shlex.quote(str(d)) for d in (self.workdir, self.home, self.tmp))
             code, out = await self._exec_simple(["sh", "-c", f"mkdir -p {dirs}"])
             if code != 0:
                 raise SandboxError(f"docker: cannot make the work dir in the container: {out[-300:]!r}")
             self.timings["container_start_s"] = time.perf_counter() - started
             return container
+
+    def _raise_typed(self, error: SandboxError) -> None:
+        """Raise why this container could not be created or started, typed by whether a retry can mend
+        it: a missing image or settings the daemon refuses break the host (`HostSetupError`), a removed
+        checkpoint ends the re-run (`CheckpointGone`); otherwise return (the caller re-raises)."""
+        import docker.errors
+
+        from .docker_preflight import IMAGE_FIX, setup_failure
+
+        cause = error.__cause__ if error.__cause__ is not None else error
+        if isinstance(cause, docker.errors.ImageNotFound):
+            if self.checkpoint_as is None:
+                # a reopened attempt whose checkpoint was removed: its post-agent state is gone
+                raise CheckpointGone(
+                    f"the checkpoint image {self.image} is gone from this docker host (`resenv prune` removes it, and"
+                    " so does the run's end with docker.keep_checkpoints: false)") from error
+            raise HostSetupError(f"image {self.image} is not on this docker host; "
+                                 + IMAGE_FIX.format(image=self.image)) from error
+        if (setup := setup_failure(cause, self.options)) is not None:
+            raise HostSetupError(setup) from error
 
     async def _exec_simple(self, argv: list[str], *, user: str | None = None) -> tuple[int, bytes]:
         """A short helper command in the container (mkdir, kill, test); returns (exit code, output)."""

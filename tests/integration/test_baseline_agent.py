@@ -123,9 +123,9 @@ def test_offline_missing_package_fails_clearly_and_still_reports(tmp_path):
     done, events, report_path = run_agent(repo, "--offline", env_extra=NO_NETWORK)
     assert done.returncode == 1
     errors = [e for e in events if e["type"] == "error"]
-    assert [e["category"] for e in errors] == ["deps_missing"]
+    assert [e["category"] for e in errors] == ["offline_miss"]
     load = load_report(report_path, sandbox_root=repo.parent)
-    assert load.ok and load.report["baseline"]["failures"][0]["category"] == "deps_missing"
+    assert load.ok and load.report["baseline"]["failures"][0]["category"] == "offline_miss"
 
 
 def test_network_failure_fails_fast_as_download_failed(tmp_path):

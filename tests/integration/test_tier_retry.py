@@ -53,6 +53,16 @@ def test_tier_retry_reruns_one_probe_on_the_kept_state(tmp_path, cli_env):
     unknown = resenv("control", "retry", run_id, "one/a", "--tier", "C9", env=cli_env, cwd=tmp_path)
     assert unknown.returncode != 0 and "C9" in unknown.stderr
 
+    # a second tier retry still judges attempt 1's state, and its acknowledgement says so
+    again = resenv("control", "retry", run_id, "one/a", "--tier", "C5", env=cli_env, cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    resumed = resenv("run", "--resume", run_id, "--display", "plain", env=cli_env, cwd=tmp_path)
+    assert resumed.returncode == 0 and "tier C5 re-run done" in resumed.stdout, resumed.stdout + resumed.stderr
+    acks = [row["ack_message"] for row in db_rows(db, "SELECT ack_message FROM controls WHERE ack = 'applied' ORDER BY id")]
+    assert acks == [f"job one/a: tier {tier} queued to re-run on the state attempt 1 left" for tier in ("C1", "C5")]
+    kept = db_rows(db, "SELECT json_extract(data, '$.kept_attempt') AS kept FROM events WHERE kind = 'tier_retry'")
+    assert [row["kept"] for row in kept] == [1, 1], kept
+
 
 def test_a_c0_retry_reuses_the_kept_verdict(tmp_path, cli_env):
     """The engine keeps the post-agent state as the agent left it (a retry restores it), so nothing

@@ -437,9 +437,9 @@ def test_select_extras_by_imports():
     ("WARNING: Retrying ... NewConnectionError: Failed to establish a new connection", 1, False, "download_failed"),
     ("ERROR: Could not find a version that satisfies the requirement nope\n"
      "ERROR: No matching distribution found for nope", 1, False, "download_failed"),
-    # offline nothing is downloaded: a package the local sources lack is missing, not a failed download
+    # offline nothing is downloaded: a package the local sources lack is an offline miss, not a failed download
     ("ERROR: Could not find a version that satisfies the requirement nope\n"
-     "ERROR: No matching distribution found for nope", 1, True, "deps_missing"),
+     "ERROR: No matching distribution found for nope", 1, True, "offline_miss"),
     ("ERROR: Cannot install a==1 and b==2 because these package versions have conflicting dependencies.\n"
      "ERROR: ResolutionImpossible: for help visit ...", 1, False, "deps_missing"),
     ("error: command '/usr/bin/gcc' failed with exit code 1\nFailed building wheel for x", 1, False,

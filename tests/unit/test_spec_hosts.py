@@ -24,7 +24,22 @@ def test_ssh_host_defaults_are_strict_and_key_only():
     host = bench.host("a")
     assert isinstance(host, SshHost)
     assert (host.port, host.strict_host_keys, host.sandbox, host.max_sessions, host.gpus) == (22, True, "process", 10, "auto")
-    assert host.docker.network == "none" and host.docker.memlock == -1
+    assert host.docker.network == "none" and host.docker.memlock is None and host.docker.socket is None
+
+
+def test_docker_limits_left_out_or_null_keep_the_daemons_and_nonsense_is_refused():
+    bench = load("  a: {kind: local, sandbox: docker, image: i, docker: {memlock: null, socket: unix:///run/d.sock}}\n"
+                 "  b: {kind: local, sandbox: docker, image: i, docker: {memlock: -1, socket: /run/d.sock}}\n")
+    assert bench.host("a").docker.memlock is None and bench.host("b").docker.memlock == -1
+    assert bench.host("a").docker.socket == bench.host("b").docker.socket == "/run/d.sock"
+    with pytest.raises(SpecError) as error:
+        load("  a: {kind: local, sandbox: docker, image: i, docker: {memlock: -2}}\n"
+             "  b: {kind: local, sandbox: docker, image: i, docker: {memlock: 0}}\n"
+             "  c: {kind: local, sandbox: docker, image: i, docker: {memlock: '64m', socket: run/d.sock}}\n")
+    text = "\n".join(f"{issue.line}: {issue.path}: {issue.message}" for issue in error.value.issues)
+    assert "3: hosts.a.docker.memlock: expected -1 (unlimited) or a number of bytes >= 1, got -2" in text, text
+    assert "4: hosts.b.docker.memlock: expected -1 (unlimited) or a number of bytes >= 1, got 0" in text, text
+    assert "5: hosts.c.docker.memlock: " in text and "5: hosts.c.docker.socket: expected the absolute path" in text, text
 
 
 def test_every_host_problem_is_reported_with_its_line():
