@@ -30,7 +30,7 @@ from ..probes.kit import hookscan, script_source, treescan
 from ..probes.outcome import canary_problem, canary_source
 from .attempt import Attempt
 from .checkout import CheckoutError, Manifest, Pristine, blob_bytes
-from .sandbox.base import SandboxError, engine_sees_work_dir, shares_engine_view
+from .sandbox.base import SandboxError, engine_sees_work_dir, host_path, shares_engine_view
 from .wording import counted
 
 
@@ -140,7 +140,9 @@ async def secure(attempt: Attempt, *, pristine: Pristine, manifest: Manifest, ce
             # The agent left a tree that cannot be put back: its doing, so its tiers fail, never infra.
             findings.append(Finding("unrestorable", ".", "tier_failed", {"error": str(error)[:500]}))
     if python is not None:
-        owned = [str(attempt.paths.workdir), str(getattr(attempt.sandbox, "home", "") or attempt.paths.workdir)]
+        # the hook scan names files as the sandbox sees them: so do the folders the job owns
+        owned = [host_path(attempt.sandbox, attempt.paths.workdir),
+                 host_path(attempt.sandbox, getattr(attempt.sandbox, "home", "") or attempt.paths.workdir)]
         hooks = await scan_hooks(attempt, python, timeout)
         findings += judge_hooks(hooks, since=checkout_epoch(attempt), owned=owned) + _malformed("hooks", hooks)
     integrity = Integrity(findings)

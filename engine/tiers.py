@@ -37,7 +37,7 @@ from .attempt import Attempt
 from .hosts.gpuinfo import DriverInfo, cuda_supported
 from .gpuwatch import GpuUse, watch_for
 from .integrity import HOST_PATH, exit_canary, secure
-from .sandbox.base import ExecResult, SandboxError, is_remote, shares_engine_view
+from .sandbox.base import ExecResult, SandboxError, engine_path, is_remote, shares_engine_view
 from .wording import counted
 
 
@@ -192,9 +192,11 @@ class TierRunner:
         self.state.report = load_report(paths.report, sandbox_root=paths.workdir)
         report = self.state.report.report or {}
         python = report.get("python_path") if isinstance(report.get("python_path"), str) else None
-        self.state.python = python
         sandbox = self.attempt.sandbox
         assert sandbox is not None
+        if python is not None:  # the agent named it as its host sees it: the engine's name for it from here on
+            python = engine_path(sandbox, python)
+        self.state.python = python
         for name in SCRIPTS:
             await sandbox.put(f"{PROBE_DIR}/{name}", script_source(name))
         self.state.integrity = await self._secure(python)
@@ -611,10 +613,14 @@ class TierRunner:
         cannot measure it leaves the size unknown, never 0.
         """
         prefix = (self.state.interpreter or {}).get("prefix")
-        workdir = self.attempt.paths.workdir.resolve()
-        if not prefix:
+        if not prefix or not isinstance(prefix, str):
             return {"prefix": None, "size_bytes": None}
-        root = Path(prefix).resolve()
+        if is_remote(self.attempt.sandbox):  # the host's path, compared in the engine's names (not resolved here)
+            workdir = Path(os.path.normpath(self.attempt.paths.workdir))
+            root = Path(os.path.normpath(engine_path(self.attempt.sandbox, prefix)))
+        else:
+            workdir = self.attempt.paths.workdir.resolve()
+            root = Path(prefix).resolve()
         if root != workdir and workdir not in root.parents:
             return {"prefix": prefix, "size_bytes": None, "reason": "interpreter outside the job's work dir"}
         if not is_remote(self.attempt.sandbox):

@@ -163,7 +163,18 @@ class Sshd:
             self.proc.wait(5)
         self.proc = None
 
+    def host_data_dir(self, name: str) -> Path:
+        """The data dir `host_yaml` gives host `name` (a root login's default would be root's real
+        ~/.local/share/resenv, shared with everything else on this machine)."""
+        return self.root / f"host-data-{name}"
+
     def host_yaml(self, name: str, *, user: str = "root", **extra: object) -> str:
+        """The host's spec line; `data_dir` defaults to `host_data_dir(name)` for root, to the host's
+        own default (the remote user's XDG data dir) for any other user; `data_dir=None` leaves it out."""
+        if "data_dir" not in extra and user == "root":
+            extra["data_dir"] = str(self.host_data_dir(name))
+        elif extra.get("data_dir", "") is None:
+            del extra["data_dir"]
         fields = {
             "kind": "ssh", "address": self.address, "port": self.port, "user": user,
             "key": str(self.client_key), "known_hosts": str(self.known_hosts), **extra,

@@ -50,7 +50,8 @@ def format_facts(facts: HostFacts) -> list[str]:
         f"  driver: {facts.driver_version or '—'}, CUDA: {facts.cuda_version or '—'}",
         f"  docker: {facts.docker or ('not usable: ' + facts.docker_error if facts.docker_error else 'not installed')}",
         *_docker_lines(facts),
-        f"  free disk at data dir: {facts.disk_free_gib} GiB",
+        f"  data dir: {facts.data_dir or '—'}"
+        + ("" if facts.data_dir_error else " (can create files there)") + f", free disk: {facts.disk_free_gib} GiB",
         f"  user: {facts.user or '—'}, python3 {facts.python3 or 'missing'}, tools: "
         + ", ".join(f"{tool}{'' if path else ' (missing)'}" for tool, path in facts.tools.items()),
         *[f"  note: {note}" for note in facts.notes],

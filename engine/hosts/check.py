@@ -2,7 +2,9 @@
 
 One small POSIX shell script gathers the facts (OS, CPUs, GPUs, driver and CUDA version, docker,
 free disk at the data dir, the tools the sandboxes need); it runs locally for `local` hosts and over
-the host's SSH connection for `ssh` hosts, so both are judged by the same rules. A missing NVIDIA
+the host's SSH connection for `ssh` hosts, so both are judged by the same rules. On an SSH host the data
+dir is the host's own (`data_dir:`, or the remote user's ``${XDG_DATA_HOME:-$HOME/.local/share}/resenv``,
+resolved by the script): the facts name it, and it is proved by creating (and removing) a file there. A missing NVIDIA
 driver is a state (`no NVIDIA driver`), a problem only when the spec asks that host for GPUs.
 """
 
@@ -21,7 +23,12 @@ from pathlib import Path
 from typing import Any
 
 FACTS_SCRIPT = r"""
-p="$1"; while [ -n "$p" ] && [ ! -e "$p" ]; do p=$(dirname "$p"); done
+d="$1"
+if [ -z "$d" ]; then
+  case ${XDG_DATA_HOME:-} in /*) d="$XDG_DATA_HOME/resenv";; *) d="$HOME/.local/share/resenv";; esac
+fi
+echo "data_dir=$d"
+p="$d"; while [ -n "$p" ] && [ ! -e "$p" ]; do p=$(dirname "$p"); done
 echo "hostname=$(hostname 2>/dev/null || cat /etc/hostname)"
 echo "kernel=$(uname -srm)"
 ( . /etc/os-release 2>/dev/null && echo "os=$PRETTY_NAME" )
@@ -45,7 +52,7 @@ echo "user=$(id -un 2>/dev/null || id -u)"
 echo "uid=$(id -u)"
 if [ -n "$2" ] && [ -e "$2" ]; then echo "shares_data_dir=yes"; fi
 echo "python3=$(python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null)"
-if out=$(mkdir -p "$1" 2>&1) && out=$(mktemp "$1/.resenv-check.XXXXXX" 2>&1) && rm -f "$out"; then
+if out=$(mkdir -p "$d" 2>&1) && out=$(mktemp "$d/.resenv-check.XXXXXX" 2>&1) && rm -f "$out"; then
   echo "data_dir_writable=yes"
 else
   echo "data_dir_error=$(printf '%s' "$out" | tr '\n' ' ')"
@@ -80,6 +87,7 @@ class HostFacts:
     tools: dict[str, str | None] = field(default_factory=dict)
     user: str | None = None
     python3: str | None = None  # the version of the host's python3, None: none on PATH
+    data_dir: str | None = None  # the data dir on the host (an SSH host's own), as the script resolved it
     data_dir_error: str | None = None  # why the user cannot create files in the data dir
     uid: int | None = None  # the remote user's
     shares_data_dir: bool = False  # the host sees the engine's own data dir (same machine, shared file system)
@@ -95,7 +103,7 @@ class HostFacts:
             "gpus": [gpu["index"] for gpu in self.gpus], "gpu_names": [gpu.get("name") for gpu in self.gpus],
             "gpu_state": self.gpu_state, "driver": self.driver_version, "cuda": self.cuda_version,
             "docker": self.docker, "disk_free_gib": self.disk_free_gib, "user": self.user,
-            "python3": self.python3, "problems": self.problems,
+            "python3": self.python3, "data_dir": self.data_dir, "problems": self.problems,
         }
 
 
@@ -144,6 +152,8 @@ def parse_facts(name: str, kind: str, text: str) -> HostFacts:
             facts.uid = int(value)
         elif key == "shares_data_dir":
             facts.shares_data_dir = value == "yes"
+        elif key == "data_dir":
+            facts.data_dir = value or None
         elif key == "data_dir_error":
             facts.data_dir_error = value or "unknown error"
     if not smi_present:
@@ -162,8 +172,9 @@ def _number(text: str) -> float | None:
         return None
 
 
-def judge(facts: HostFacts, spec: Any, data_dir: Path | None = None) -> HostFacts:
-    """Add every problem the host has for what the spec asks of it."""
+def judge(facts: HostFacts, spec: Any, data_dir: Path | None = None, mirror: bool = False) -> HostFacts:
+    """Add every problem the host has for what the spec asks of it (`mirror`: an SSH host that uses the
+    engine's own paths, a Slurm login node; any other SSH host has its own data dir)."""
     if not facts.reachable:
         return facts
     wanted = getattr(spec, "gpus", "auto")
@@ -192,8 +203,13 @@ def judge(facts: HostFacts, spec: Any, data_dir: Path | None = None) -> HostFact
             facts.blocking.append(f"{tool} is not on the PATH of {facts.user or 'the user'} on the host: install it"
                                   " (the checkout needs git, the file transfers tar, the commands setsid and sh,"
                                   " the probes python3)")
-    shared_by_another = remote and facts.shares_data_dir and facts.uid is not None and facts.uid != os.getuid()
-    if shared_by_another and data_dir is not None:
+    shared_by_another = mirror and facts.shares_data_dir and facts.uid is not None and facts.uid != os.getuid()
+    if remote and not mirror and facts.data_dir_error is not None:
+        facts.blocking.append(
+            f"cannot create files in the host's data dir {facts.data_dir} as {facts.user or 'the user'}:"
+            f" {facts.data_dir_error.strip()}; set `data_dir:` of host {facts.name} in the benchmark to a folder"
+            " this user can create")
+    elif shared_by_another and data_dir is not None:
         engine_user = pwd_name(os.getuid())
         facts.blocking.append(
             f"the host sees this machine's data dir {data_dir} (the same machine, or a shared file system), and its"
@@ -249,17 +265,21 @@ def _first_gpu(facts: HostFacts, spec: Any) -> tuple[int, ...]:
     return tuple(sorted(gpu["index"] for gpu in facts.gpus)[:1])
 
 
-async def remote_facts(connection: Any, spec: Any, data_dir: Path, check_docker: bool = False) -> HostFacts:
+async def remote_facts(connection: Any, spec: Any, data_dir: Path, check_docker: bool = False,
+                       mirror: bool = False) -> HostFacts:
+    """The facts of an SSH host; its data dir is its own (`spec.data_dir`, or the remote user's XDG
+    data dir, which the script resolves), or with `mirror` the engine's `data_dir`."""
     from ..sandbox.remote import HostDown, round_trip
 
     name = connection.target.name
-    # A file only this machine made: the host sees it when it shares the data dir with the engine.
     marker = None
-    with contextlib.suppress(OSError):
-        if data_dir.is_dir():
-            handle, marker = tempfile.mkstemp(prefix=".resenv-shared-", dir=data_dir)
-            os.close(handle)
-    command = ("sh -c " + shlex.quote(FACTS_SCRIPT) + " facts " + shlex.quote(str(data_dir)) + " "
+    if mirror:  # a file only this machine made: the host sees it when it shares the data dir with the engine
+        with contextlib.suppress(OSError):
+            if data_dir.is_dir():
+                handle, marker = tempfile.mkstemp(prefix=".resenv-shared-", dir=data_dir)
+                os.close(handle)
+    there = str(data_dir) if mirror else (getattr(spec, "data_dir", None) or "")
+    command = ("sh -c " + shlex.quote(FACTS_SCRIPT) + " facts " + shlex.quote(there) + " "
                + shlex.quote(marker or ""))
     try:
         await connection.ensure()
@@ -277,6 +297,6 @@ async def remote_facts(connection: Any, spec: Any, data_dir: Path, check_docker:
     if getattr(spec, "sandbox", "process") == "docker" and check_docker:
         facts.docker_preflight = await docker_preflight(SimpleNamespace(name=name, kind="ssh", spec=spec,
                                                                         connection=connection), _first_gpu(facts, spec))
-    facts = judge(facts, spec, data_dir)
+    facts = judge(facts, spec, data_dir, mirror)
     facts.round_trip_ms = round(rtt * 1000, 2)
     return facts

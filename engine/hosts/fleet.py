@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # asyncssh is imported only when a run has SSH hosts
     from .ssh import SshHost
 
+from ..sandbox.base import host_path
 from ..store.db import dumps
 from .telemetry import NvmlSampler, ProcessMap, SmiStreamSampler, TelemetrySink
 
@@ -255,6 +256,8 @@ class Fleet:
             attempt = running.attempt
             if attempt is not None:
                 workdirs[str(attempt.paths.workdir)] = job_id
+                # a process on an SSH host names its cwd as the host sees it (under the host's data dir)
+                workdirs[host_path(attempt.sandbox, attempt.paths.workdir)] = job_id
                 container = getattr(attempt.sandbox, "container_id", None)
                 if container:
                     self.process_map.containers[container] = job_id

@@ -6,8 +6,11 @@ re-queued on other fitting hosts by the engine's infra retries), and is chosen a
 connection's monitor has reconnected. Process groups that were running when the connection dropped
 are killed (if they still run inside their job's work dir) as soon as the host is back.
 
-Paths on the host mirror the engine's (see engine/sandbox/ssh_process.py); the run's pristine bare
-repos are pushed to the same paths once per host as a tar stream, then made read-only.
+A run's files on the host live under the host's data dir (its `data_dir:`, by default the remote
+user's XDG data dir, resolved when the connection comes up) at ``runs/<run>/...``, the same paths
+relative to the run's folder as on the engine: `paths` is the map (engine/sandbox/hostpaths.py). The
+run's pristine bare repos are pushed there once per host as a tar stream, then made read-only. A Slurm
+login node keeps the engine's paths (`mirror_paths`): its jobs read them on the shared file system.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from .check import remote_facts
 from .pool import Host
 from ..sandbox.remote import HostDown, SshConnection, SshTarget
 from ..sandbox.base import SandboxError
+from ..sandbox.hostpaths import PathMap
 
 log = logging.getLogger(__name__)
 
@@ -42,21 +46,37 @@ class SshHost(Host):
     connection: SshConnection = field(default=None, repr=False)  # type: ignore[assignment]
     facts: dict[str, Any] = field(default_factory=dict)
     auto_gpus: bool = False
-    data_dir: Path | None = None
+    data_dir: Path | None = None  # the engine's folder of this run
+    mirror_paths: bool = False  # True: the host uses the engine's own paths (a Slurm login node)
+    host_data_dir: str | None = None  # the data dir on the host, known once the connection came up
     _staged: dict[str, asyncio.Task[None]] = field(default_factory=dict, repr=False)
     _groups: dict[int, Path] = field(default_factory=dict, repr=False)  # pgid -> work dir, in flight
     _orphans: dict[int, Path] = field(default_factory=dict, repr=False)
     _was_up: bool = False
+    _facts: asyncio.Task[None] | None = field(default=None, repr=False)  # the facts being read
     on_reaped: Callable[[int, Path], None] | None = field(default=None, repr=False)  # a left-over group was killed
 
     # -- scheduling ---------------------------------------------------------------------------
     def available(self) -> bool:
-        return self.connection is not None and self.connection.up and self.broken is None
+        """Up, not broken, and (unless it keeps the engine's paths) its data dir known: no job is
+        placed where its files' place is not known yet."""
+        return (self.connection is not None and self.connection.up and self.broken is None
+                and (self.mirror_paths or self.host_data_dir is not None))
 
     def inventory(self) -> dict[str, Any]:
         base = {"kind": "ssh", "address": f"{self.connection.target.address}:{self.connection.target.port}",
                 "slots": self.slots, "gpus": self.gpu_ids, "state": self.connection.state}
         return base | {key: value for key, value in self.facts.items() if key not in base}
+
+    @property
+    def paths(self) -> PathMap:
+        """Where the engine's run folder is on the host (the identity until the host's data dir is known)."""
+        root = self.data_dir or Path("/nonexistent-run")
+        if self.mirror_paths:
+            return PathMap.identity(root)
+        if self.host_data_dir is None:  # its facts could not be read: no guessing where its files go
+            raise SandboxError(f"host {self.name}: its data dir is not known (the host's facts could not be read)")
+        return PathMap(str(root), f"{self.host_data_dir.rstrip('/')}/runs/{root.name}")
 
     def driver(self) -> DriverInfo | None:
         if not self.gpu_ids:
@@ -77,17 +97,25 @@ class SshHost(Host):
         self.connection.listeners.append(self._on_state)
         ok = await self.connection.start()
         if ok:
-            await self.refresh()
+            await self._read_facts()
         return ok
+
+    async def _read_facts(self) -> None:
+        """Read the facts once at a time (the first connection, or a host down at the start that came up)."""
+        if self._facts is None or self._facts.done():
+            self._facts = asyncio.get_running_loop().create_task(self.refresh())
+        await asyncio.shield(self._facts)
 
     async def refresh(self) -> None:
         """Facts of the host (GPUs for `gpus: auto`, driver, docker); never raises."""
         try:
-            facts = await remote_facts(self.connection, self.spec, self.data_dir or Path("/tmp"))
+            facts = await remote_facts(self.connection, self.spec, self.data_dir or Path("/tmp"),
+                                       mirror=self.mirror_paths)
         except Exception as error:  # facts are informative: a failure must not stop the run
             log.warning("host %s: cannot gather facts: %s", self.name, error)
             return
         self.facts = facts.inventory()
+        self.host_data_dir = facts.data_dir
         if facts.blocking:
             self.mark_broken("; ".join(facts.blocking))
             return
@@ -106,6 +134,9 @@ class SshHost(Host):
         if state == "broken":
             self.broken = self.broken or reason
         if state == "up":
+            if not self.mirror_paths and self.host_data_dir is None and (self._facts is None or self._facts.done()):
+                # came up after a start it was down for (or facts that failed): read them now
+                self._facts = asyncio.get_running_loop().create_task(self.refresh())
             if self._orphans or (self._was_up and self._groups):
                 asyncio.get_running_loop().create_task(self.reap_orphans())
             self._was_up = True
@@ -127,10 +158,14 @@ class SshHost(Host):
 
     async def reap_orphans(self) -> int:
         """Kill groups left running while the connection was down, if they run in their work dir."""
+        if not self.mirror_paths and self.host_data_dir is None and self._facts is not None:
+            await asyncio.shield(self._facts)  # where the work dirs are on the host comes with its facts
+        if not self.mirror_paths and self.host_data_dir is None:
+            return 0  # not known yet: they stay owed until the facts can be read
         orphans, self._orphans = dict(self._orphans), {}
         killed = 0
         for pgid, workdir in orphans.items():
-            root = shlex.quote(str(workdir))
+            root = shlex.quote(self.paths.to_host(workdir))
             script = (f"cwd=$(readlink /proc/{pgid}/cwd 2>/dev/null) || exit 1; "
                       f"case \"$cwd/\" in {root}/*) kill -KILL -{pgid} && echo killed;; esac")
             try:
@@ -178,7 +213,7 @@ class SshHost(Host):
             raise SandboxError(f"host {self.name}: unpacking {src} into {target} failed ({result.exit_status}): {err}")
 
     async def stage_pristine(self, path: Path) -> None:
-        """The pristine bare repo at the same path on the host, read-only, pushed once per run."""
+        """The pristine bare repo at its place on the host (`paths`), read-only, pushed once per run."""
         key = str(path)
         task = self._staged.get(key)
         if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
@@ -187,18 +222,19 @@ class SshHost(Host):
         await asyncio.shield(task)
 
     async def _stage(self, path: Path) -> None:
-        quoted = shlex.quote(str(path))
-        marker = shlex.quote(str(path / COMPLETE_MARKER))
+        there = self.paths.to_host(path)
+        quoted = shlex.quote(there)
+        marker = shlex.quote(f"{there}/{COMPLETE_MARKER}")
         result = await self.connection.run(f"test -f {marker}", timeout=30)
         if result.returncode == 0:
             return
-        partial = shlex.quote(str(path) + ".partial")
+        partial = shlex.quote(there + ".partial")
         await self.connection.run(f"rm -rf {partial}", timeout=60)
-        await self.push_tree(path, str(path) + ".partial")
+        await self.push_tree(path, there + ".partial")
         done = await self.connection.run(
             f"chmod -R a-w {partial} && rm -rf {quoted} && mv {partial} {quoted}", timeout=120)
         if done.returncode != 0:
-            raise SandboxError(f"host {self.name}: cannot place pristine {path}: {done.stderr.decode(errors='replace')[-300:]}")
+            raise SandboxError(f"host {self.name}: cannot place pristine {there}: {done.stderr.decode(errors='replace')[-300:]}")
 
 
 def _pipe() -> tuple[Any, Any]:

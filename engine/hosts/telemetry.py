@@ -134,8 +134,9 @@ class SmiStreamParser:
 class ProcessMap:
     """Which job a host PID belongs to: by container id, process group, or working directory.
 
-    Work dirs and container ids are unique across hosts (a host's paths mirror the engine's data
-    dir), so one map serves the local host and every SSH host alike."""
+    Work dirs and container ids are unique across hosts (an SSH host's work dirs are the engine's
+    run folder mapped under its own data dir, and the map holds both names), so one map serves the
+    local host and every SSH host alike."""
 
     def __init__(self, proc_root: str = "/proc") -> None:
         self.proc_root = proc_root

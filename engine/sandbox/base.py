@@ -108,6 +108,19 @@ def is_remote(sandbox: object) -> bool:
     return getattr(sandbox, "sync_back", None) is not None
 
 
+def host_path(sandbox: object, path: str | Path) -> str:
+    """An engine path as the sandbox's commands see it (an SSH host keeps the run under its own data
+    dir); the same path where the sandbox has no map of its own."""
+    mapped = getattr(sandbox, "host_path", None)
+    return mapped(path) if mapped is not None else str(path)
+
+
+def engine_path(sandbox: object, path: str) -> str:
+    """A path the sandbox's commands named, as the engine names it (the inverse of `host_path`)."""
+    mapped = getattr(sandbox, "engine_path", None)
+    return mapped(path) if mapped is not None else path
+
+
 def shares_engine_view(sandbox: object) -> bool:
     """Whether the sandbox's files are the engine's own and its commands see what the engine sees (the
     unisolated process sandbox): then the engine may read and scan them in place. An isolated,

@@ -2,10 +2,13 @@
 
 Same contract as :class:`~resenv.engine.sandbox.process.ProcessSandbox`, with these mechanics:
 
-* **Paths mirror the engine's.** The job's work dir on the host has the same absolute path as on the
-  engine's machine (so templates, the report's interpreter path and probe paths mean the same thing on
-  both sides); the engine's data dir must therefore be creatable on the host. Files the engine reads
-  after the agent (``report.json``) are copied back with :meth:`sync_back`.
+* **Paths: the host's own data dir.** The engine names the job's files by its own paths; on the host
+  they are under the host's data dir, at the same place relative to the run's folder (the host's
+  ``paths``, engine/sandbox/hostpaths.py). Everything sent is rewritten by that map: the cwd, each
+  argument, each variable's value (``HOME``, ``TMPDIR`` and the templates the engine rendered), the
+  engine's input on stdin (the prompt) and files put from bytes; paths that come back are mapped to
+  the engine's with :meth:`engine_path`. Files the engine reads after the agent (``report.json``)
+  are copied back into the engine's work dir with :meth:`sync_back`.
 * **One process group per command.** Each command runs as
   ``setsid env -i sh -c '<announce pgid>; cd CWD; <export ENV read from stdin>; exec ARGV'``: the
   ``sh`` becomes a session and group leader, prints its PID (= the PGID) as a marker line on stderr
@@ -98,7 +101,9 @@ class RemoteProcessSandbox:
         self.host = host
         self.connection: SshConnection = host.connection
         self.workdir = Path(os.path.abspath(workdir))
-        self.workdir.mkdir(parents=True, exist_ok=True)  # the engine-side mirror (report.json)
+        self.paths = host.paths  # raises SandboxError while the host's data dir is not known
+        self.host_workdir = self.paths.to_host(self.workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)  # the engine's copy (report.json)
         self.home = self.workdir / "home"
         self.tmp = self.workdir / "tmp"
         self.base_env: dict[str, str] = dict(base_env or {})
@@ -113,12 +118,22 @@ class RemoteProcessSandbox:
 
     # -- environment ------------------------------------------------------------------------
     def child_env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        return sandbox_env(self.home, self.tmp, self.base_env, env)
+        """The command's environment as the host sees it (engine paths in values rewritten)."""
+        return {name: self.paths.outbound(value)
+                for name, value in sandbox_env(self.home, self.tmp, self.base_env, env).items()}
+
+    def engine_path(self, path: str) -> str:
+        """The engine's path of a path on the host (the report's interpreter, a probe's answer)."""
+        return self.paths.to_engine(path)
+
+    def host_path(self, path: str | Path) -> str:
+        """The host's path of an engine path."""
+        return self.paths.to_host(path)
 
     async def _ensure_dirs(self) -> None:
         if self._dirs_made:
             return
-        dirs = [str(self.workdir), str(self.home), str(self.tmp)]
+        dirs = [self.host_path(d) for d in (self.workdir, self.home, self.tmp)]
         try:
             result = await self.connection.run(f"mkdir -p {' '.join(shlex.quote(d) for d in dirs)}", timeout=30,
                                                control=True)
@@ -127,10 +142,12 @@ class RemoteProcessSandbox:
         if result.returncode != 0:  # the same on every try: the host's user may not create these
             why = " ".join(result.stderr.decode(errors="replace").split())[-500:]
             user = self.connection.target.user or "its user"
+            fix = ("choose a data dir that this user can create on every SSH host, the same path as here"
+                   " (`resenv run --data-dir DIR`): a Slurm login node's work dirs have the engine's paths"
+                   if self.paths.mirrored and self.host.mirror_paths
+                   else f"set `data_dir:` of host {self.host.name} to a folder this user can create")
             raise HostSetupError(
-                f"host {self.host.name}: cannot create the work dir {self.workdir} as {user}: {why}; choose a"
-                " data dir that this user can create on every SSH host, the same path as here"
-                " (`resenv run --data-dir DIR`): an SSH host's work dirs have the engine's paths")
+                f"host {self.host.name}: cannot create the work dir {self.host_workdir} as {user}: {why}; {fix}")
         self._dirs_made = True
 
     async def _control(self, command: str, *, check: bool = False, timeout: float = 30.0) -> bytes:
@@ -157,9 +174,9 @@ class RemoteProcessSandbox:
     ) -> ExecResult:
         if self._closed:
             raise SandboxError("sandbox is closed")
-        args = exec_args(argv)
-        command = remote_command(args, mirrored_cwd(self.workdir, cwd))
-        stdin = env_stream(self.child_env(env)) + (stdin or b"")
+        args = [self.paths.outbound(arg) for arg in exec_args(argv)]
+        command = remote_command(args, self.host_path(mirrored_cwd(self.workdir, cwd)))
+        stdin = env_stream(self.child_env(env)) + self.paths.outbound_bytes(stdin or b"")
         stdout_path, stderr_path = log_paths(log_prefix)
         timer = ExecTimer(self._clock, timeout_name, stdout_path, stderr_path)
 
@@ -380,7 +397,7 @@ class RemoteProcessSandbox:
     # -- files ------------------------------------------------------------------------------
     def resolve(self, rel_path: str) -> str:
         """The remote path of `rel_path` (lexically inside the work dir; symlinks are checked on use)."""
-        return resolve_mirrored(self.workdir, rel_path)
+        return resolve_mirrored(Path(self.host_workdir), rel_path)
 
     async def _check_real(self, sftp: asyncssh.SFTPClient, path: str, rel_path: str) -> None:
         """Refuse a path whose existing part resolves (through symlinks) outside the work dir."""
@@ -394,7 +411,7 @@ class RemoteProcessSandbox:
                 if parent == probe:
                     return
                 probe = parent
-        root = await sftp.realpath(str(self.workdir))
+        root = await sftp.realpath(self.host_workdir)
         if real != root and not real.startswith(root.rstrip("/") + "/"):
             raise SandboxPathError(f"path escapes the sandbox: {rel_path!r} -> {real}")
 
@@ -409,7 +426,7 @@ class RemoteProcessSandbox:
                 if await sftp.isdir(target):
                     raise SandboxError(f"destination is a directory: {rel_path!r}")
                 async with sftp.open(target, "wb") as handle:
-                    await handle.write(bytes(data))
+                    await handle.write(self.paths.outbound_bytes(bytes(data)))
                 return Path(target)
         except (HostDown, asyncssh.Error) as error:
             raise SandboxError(f"host {self.host.name}: put {rel_path!r}: {error}") from error
@@ -442,7 +459,7 @@ class RemoteProcessSandbox:
 
     # -- optional hooks the lifecycle and tiers look for: the host cannot see the engine's files ---------
     async def stage_pristine(self, path: Path) -> None:
-        """Make the run's pristine bare repo exist on the host at the same path (once per host)."""
+        """Make the run's pristine bare repo exist on the host at its mapped path (once per host)."""
         await self.host.stage_pristine(Path(path))
 
     async def sync_back(self, rel_path: str, max_bytes: int = 50 * 2**20) -> None:
@@ -450,7 +467,7 @@ class RemoteProcessSandbox:
         await copy_back(self.get, self.workdir, rel_path, max_bytes)
 
     async def path_status(self, path: str) -> tuple[bool, bool]:
-        """(exists, executable) of a path on the host."""
-        quoted = shlex.quote(path)
+        """(exists, executable) of an engine path, asked on the host."""
+        quoted = shlex.quote(self.host_path(path))
         out = await self._control(f"if test -e {quoted}; then echo e; fi; if test -x {quoted}; then echo x; fi")
         return b"e" in out, b"x" in out

@@ -58,7 +58,7 @@ Schema (version 1)::
         keepalive_s: 10              # dead after keepalive_s * keepalive_count (3) of silence
         max_sessions: 10             # the server's MaxSessions; channels stay below it
         slots: 2, gpus: auto, sandbox: process, image: null, docker: {...}   # as for local
-                                     # paths on the host mirror the engine's data dir
+        data_dir: null               # its runs go there (runs/<run>); default ~/.local/share/resenv of user
       cluster:
         kind: slurm                  # one Slurm job per sandbox command (docs/slurm.md)
         partition: null              # default: the cluster's default partition

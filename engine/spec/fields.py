@@ -180,6 +180,20 @@ def _gpu_selection(value: Any) -> Literal["auto"] | int | tuple[int, ...]:
 
 StrictText = Annotated[str, Strict()]
 Text = Annotated[str, Strict(), AfterValidator(_non_empty)]
+
+
+def _host_dir(value: str) -> str:
+    """A folder on a remote host: absolute, one line (its shell and its facts read it as such)."""
+    if not value.strip():
+        raise ValueError("expected an absolute path on the host, got an empty value")
+    if not value.startswith("/"):
+        raise ValueError(f"expected an absolute path on the host (it starts with /), got {value!r}")
+    if any(char in value for char in "\n\r\x00"):
+        raise ValueError(f"expected a path on one line, got {value!r}")
+    return value.rstrip("/") or "/"
+
+
+HostDir = Annotated[str, Strict(), AfterValidator(_host_dir)]
 Seconds = Annotated[float, Strict(), AfterValidator(_above_zero("seconds"))]
 PositiveNumber = Annotated[float, Strict(), AfterValidator(_above_zero("a number"))]
 NonNegativeNumber = Annotated[float, Strict(), AfterValidator(_non_negative)]

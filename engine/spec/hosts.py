@@ -8,6 +8,7 @@ from pydantic import AfterValidator, BeforeValidator, Discriminator, Field, Stri
 
 from .fields import (
     GpuSelection,
+    HostDir,
     NonNegativeInt,
     PositiveInt,
     PositiveNumber,
@@ -114,6 +115,8 @@ class SshHost(_SandboxChoice):
     keepalive_count: PositiveInt = 3
     connect_timeout_s: Seconds = 15.0
     max_sessions: PositiveInt = 10  # the server's MaxSessions (OpenSSH default 10)
+    # where the run's files go on the host (runs/<run>/...); default: ${XDG_DATA_HOME:-$HOME/.local/share}/resenv
+    data_dir: HostDir | None = None
 
 
 # --------------------------------------------------------------------------- slurm hosts

@@ -42,7 +42,8 @@ def fleet_benchmark(root: Path, servers: dict, known: Path, memlock: int) -> Pat
     for name, server in servers.items():
         data["hosts"][name] = {"kind": "ssh", "address": server.address, "port": server.port, "user": "root",
                                "key": str(server.client_key), "known_hosts": str(known), "gpus": 0, "slots": 1,
-                               "keepalive_s": 1, "keepalive_count": 2, "connect_timeout_s": 3}
+                               "keepalive_s": 1, "keepalive_count": 2, "connect_timeout_s": 3,
+                               "data_dir": str(server.host_data_dir(name))}
     path = root / "benchmark.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

@@ -50,14 +50,15 @@ def user(server):
 
 
 def test_a_data_dir_the_remote_user_cannot_create_fails_the_job_at_once_with_the_fix(tmp_path, server, user):
-    # The engine runs as root with its data dir under a folder only root may enter: the remote user
-    # can never create the mirrored work dirs. Retrying cannot help.
-    data = tmp_path / "private" / "data"
-    data.mkdir(parents=True)
-    os.chmod(tmp_path / "private", 0o700)
-    bench = bench_text(tmp_path, server.host_yaml("remote", user=user.name, gpus=0),
+    # The host's `data_dir:` lies under a folder only root may enter: the remote user can never create
+    # the job's work dirs there. Retrying cannot help.
+    private = tmp_path / "private"
+    private.mkdir()
+    os.chmod(private, 0o700)
+    there = private / "host-data"
+    bench = bench_text(tmp_path, server.host_yaml("remote", user=user.name, gpus=0, data_dir=str(there)),
                        {"one": {"main.py": MAIN}}, retries=3)
-    env = cli_environ(tmp_path) | {"RESENV_DATA_DIR": str(data)}
+    env = cli_environ(tmp_path)
     started = time.monotonic()
     done = run(bench, env, tmp_path)
     took = time.monotonic() - started
@@ -68,18 +69,76 @@ def test_a_data_dir_the_remote_user_cannot_create_fails_the_job_at_once_with_the
     assert len(attempts) == 1, attempts  # not retried
     attempt = attempts[0]
     assert (attempt["state"], attempt["category"]) == ("error", "host_setup"), attempt
-    assert str(data) in attempt["reason"] and "Permission denied" in attempt["reason"], attempt
-    assert user.name in attempt["reason"] and "--data-dir" in attempt["reason"], attempt
+    assert str(there) in attempt["reason"] and "Permission denied" in attempt["reason"], attempt
+    assert user.name in attempt["reason"] and "`data_dir:`" in attempt["reason"], attempt
     # the plain display names the cause in one unbroken line, as soon as the host is found broken
-    assert any(line.startswith("host remote cannot run jobs: cannot create files in") and "--data-dir" in line
-               for line in done.stdout.splitlines()), out
+    assert any(line.startswith("host remote cannot run jobs: cannot create files in the host's data dir")
+               and "`data_dir:` of host remote" in line for line in done.stdout.splitlines()), out
     assert took < 60, took
     # hosts check says so before any run
     check = subprocess.run([*RESENV, "hosts", "check", str(bench)], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=60)
     assert check.returncode == 1, check.stdout
-    assert f"cannot create files in {data} as {user.name}" in check.stdout, check.stdout
+    assert f"cannot create files in the host's data dir {there} as {user.name}" in check.stdout, check.stdout
     assert "python3 3." in check.stdout and "git" in check.stdout, check.stdout
+
+
+def test_a_host_without_data_dir_works_under_the_remote_users_xdg_data_dir(tmp_path, server, user):
+    # The engine (root) keeps its data dir where the remote user may not even look: the host's files
+    # go to the remote user's own ${XDG_DATA_HOME:-$HOME/.local/share}/resenv, never to the engine's paths.
+    data = tmp_path / "private" / "data"
+    data.mkdir(parents=True)
+    os.chmod(tmp_path / "private", 0o700)
+    bench = bench_text(tmp_path, server.host_yaml("remote", user=user.name, gpus=0),
+                       {"one": {"main.py": MAIN}})
+    env = cli_environ(tmp_path) | {"RESENV_DATA_DIR": str(data)}
+    default = user.home / ".local" / "share" / "resenv"
+    check = subprocess.run([*RESENV, "hosts", "check", str(bench), "--host", "remote"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, timeout=60)
+    assert check.returncode == 0, check.stdout
+    assert f"  data dir: {default} (can create files there)" in check.stdout, check.stdout
+    done = run(bench, env, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [run_dir] = [path for path in data.iterdir() if path.is_dir()]
+    host_work = default / "runs" / run_dir.name / "jobs" / "one--a" / "attempt-1" / "work"
+    assert (host_work / "repo" / "main.py").is_file(), sorted(str(p) for p in default.rglob("*"))[:20]
+    assert host_work.stat().st_uid == user.uid
+    assert not (run_dir / "jobs" / "one--a" / "attempt-1" / "work" / "repo").exists()  # the engine holds no checkout
+    pristines = list((default / "runs" / run_dir.name / "pristine").glob("*.git"))
+    assert pristines, "the pristine repo was not staged under the host's data dir"
+
+
+EXPLICIT_AGENT = """\
+a:
+  kind: command
+  command: >-
+    printf '%s|%s|%s' {repo} {report} "$HOME" > {repo}/seen.txt &&
+    printf '{{"python_path": null}}' > {report}
+"""
+
+
+def test_an_explicit_data_dir_holds_the_jobs_files_and_the_command_sees_its_paths(tmp_path, server, user):
+    # `data_dir:` is honoured as given, and what the agent's command is told ({repo}, {report}, HOME)
+    # names the host's paths, while the engine reads the report back into its own work dir.
+    there = Path(f"/tmp/resenv-host-data-{os.getpid()}-{time.monotonic_ns()}")
+    there.mkdir()
+    os.chown(there, user.uid, user.uid)
+    try:
+        agent = EXPLICIT_AGENT
+        bench = bench_text(tmp_path, server.host_yaml("remote", user=user.name, gpus=0, data_dir=str(there)),
+                           {"one": {"main.py": MAIN}}, agent=agent)
+        env = cli_environ(tmp_path)
+        done = run(bench, env, tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        [run_dir] = [path for path in (there / "runs").iterdir()]
+        work = run_dir / "jobs" / "one--a" / "attempt-1" / "work"
+        repo, report, home = (work / "repo" / "seen.txt").read_text().split("|")
+        assert (repo, report, home) == (str(work / "repo"), str(work / "report.json"), str(work / "home"))
+        engine_work = Path(env["RESENV_DATA_DIR"]) / run_dir.name / "jobs" / "one--a" / "attempt-1" / "work"
+        assert json.loads((engine_work / "report.json").read_text()) == {"python_path": None}
+        assert not (engine_work / "repo").exists()
+    finally:
+        subprocess.run(["rm", "-rf", str(there)], check=False)
 
 
 @pytest.mark.parametrize("case", ["mismatch", "unknown"])
@@ -301,26 +360,3 @@ def test_a_group_left_by_a_lost_connection_is_killed_on_resume_even_after_its_at
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         server.stop()
-
-
-def test_a_host_that_shares_the_engines_data_dir_under_another_user_is_refused_with_the_cause(tmp_path, server, user):
-    # The README's recipe on one machine (or a shared file system): the data dir belongs to the remote
-    # user, yet every folder the engine (root) makes in it is root's, so the remote user can write
-    # none of them. `hosts check` must say so before a run, and the run must name that cause.
-    shared = Path(f"/tmp/resenv-shared-{os.getpid()}-{time.monotonic_ns()}")
-    shared.mkdir()
-    try:
-        os.chown(shared, user.uid, user.uid)
-        bench = bench_text(tmp_path, server.host_yaml("remote", user=user.name, gpus=0), {"one": {"main.py": MAIN}})
-        env = cli_environ(tmp_path) | {"RESENV_DATA_DIR": str(shared)}
-        check = subprocess.run([*RESENV, "hosts", "check", str(bench), "--host", "remote"], env=env, cwd=tmp_path,
-                               capture_output=True, text=True, timeout=60)
-        assert check.returncode == 1, check.stdout
-        assert f"the host sees this machine's data dir {shared}" in check.stdout, check.stdout
-        assert f"run resenv as {user.name}" in check.stdout, check.stdout
-        done = run(bench, env, tmp_path)
-        assert done.returncode == 3, done.stdout + done.stderr
-        line = next((line for line in done.stdout.splitlines() if line.startswith("host remote cannot run jobs: ")), "")
-        assert "the host sees this machine's data dir" in line and "choose a data dir that this user can create" not in line, line
-    finally:
-        subprocess.run(["rm", "-rf", str(shared)], check=False)

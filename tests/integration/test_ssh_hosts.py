@@ -145,7 +145,11 @@ def test_hosts_check_reports_facts_and_problems(tmp_path):
                                capture_output=True, text=True, timeout=60)
         out = check.stdout
         assert "remote (ssh): reachable" in out and "here (local): reachable" in out, out
-        assert "os: " in out and "cpus: " in out and "free disk at data dir" in out
+        assert "os: " in out and "cpus: " in out and "free disk: " in out
+        # the host's own data dir is named and proved: created, a file made and removed there
+        there = server.host_data_dir("remote")
+        assert f"  data dir: {there} (can create files there)" in out.split("remote (ssh)")[1], out
+        assert there.is_dir() and not list(there.iterdir()), list(there.iterdir())
         # this machine has no NVIDIA driver: a state, and a problem only where the spec asks for GPUs
         assert "gpus: no NVIDIA driver" in out
         assert "spec asks for GPUs [0, 1] but the host has no NVIDIA driver" in out
@@ -313,11 +317,12 @@ def test_a_remote_command_gets_only_its_declared_environment_and_no_process_show
         engine = subprocess.Popen([*RESENV, "run", str(bench), "--host", "remote", "--display", "plain",
                                    "--tiers", "C1"], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)
+        host_runs = server.host_data_dir("remote") / "runs"  # the job's files are under the host's data dir
         try:
             started = None
             deadline = time.monotonic() + 90
             while started is None and time.monotonic() < deadline and engine.poll() is None:
-                started = next((tmp_path / "data").glob("*/jobs/*/attempt-1/work/agent-started"), None)
+                started = next(host_runs.glob("*/jobs/*/attempt-1/work/agent-started"), None)
                 time.sleep(0.1)
             assert started is not None, "the agent never started"
             shown = [pid for pid, line in _command_lines() if secret.encode() in line]
@@ -328,12 +333,13 @@ def test_a_remote_command_gets_only_its_declared_environment_and_no_process_show
             if engine.poll() is None:
                 engine.kill()
                 engine.wait()
-            for work in (tmp_path / "data").glob("*/jobs/*/attempt-*/work"):
+            for work in host_runs.glob("*/jobs/*/attempt-*/work"):
                 (work / "go").touch()  # a failed test's agent must not wait on the host for ever
         assert engine.returncode == 0, out
         work = started.parent
         seen = json.loads((work / "agent-env.json").read_text())
         # the agent saw the secret (the file holds its hash: files the agent wrote are masked after it)
+        assert not list((tmp_path / "data").glob("*/jobs/*/attempt-1/work/agent-env.json"))  # not the engine's
         assert seen["RESENV_TEST_REMOTE_SECRET"] == hashlib.sha256(secret.encode()).hexdigest()
         assert seen["HOME"] == str(work / "home") and seen["TMPDIR"] == str(work / "tmp"), seen
         assert set(seen) <= {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONUNBUFFERED", "CUDA_VISIBLE_DEVICES",

@@ -56,6 +56,18 @@ def test_every_host_problem_is_reported_with_its_line():
     assert "7: hosts.e.password: unknown key 'password'" in text
 
 
+def test_an_ssh_hosts_data_dir_is_optional_absolute_and_one_line():
+    bench = load("  a: {kind: ssh, address: h}\n  b: {kind: ssh, address: h, data_dir: /srv/resenv/}\n")
+    assert bench.host("a").data_dir is None  # the remote user's XDG data dir, resolved on the host
+    assert bench.host("b").data_dir == "/srv/resenv"
+    with pytest.raises(SpecError) as error:
+        load("  a: {kind: ssh, address: h, data_dir: srv/resenv}\n  b: {kind: ssh, address: h, data_dir: ''}\n")
+    lines = [f"{issue.line}: {issue.path}: {issue.message}" for issue in error.value.issues]
+    assert "3: hosts.a.data_dir: expected an absolute path on the host (it starts with /), got 'srv/resenv'" in lines
+    assert "4: hosts.b.data_dir: expected an absolute path on the host, got an empty value" in lines
+    assert all("\n" not in issue.message for issue in error.value.issues)
+
+
 def test_build_hosts_makes_ssh_hosts_that_are_down_until_connected():
     bench = load("  a: {kind: ssh, address: 127.0.0.1, gpus: 2}\n  b: {kind: local, gpus: 0}\n")
     hosts = build_hosts(dict(bench.hosts))

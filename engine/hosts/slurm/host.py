@@ -221,7 +221,7 @@ def build_slurm_host(name: str, spec: Any, data_dir: Path | None = None) -> Slur
         connection = SshConnection(SshTarget.from_spec(f"{name}-login", spec.login))
         connection.state, connection.reason = "down", "not connected yet"
         ssh = SshHost(name=f"{name}-login", kind="ssh", slots=1, gpu_ids=[], spec=spec.login, connection=connection,
-                      data_dir=data_dir)
+                      data_dir=data_dir, mirror_paths=True)
         runner: Any = SshRunner(connection, env)
         files = SftpFiles(connection)
     else:
