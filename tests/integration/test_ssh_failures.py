@@ -255,17 +255,7 @@ def test_after_a_lost_connection_and_a_killed_engine_resume_kills_what_the_old_a
                               start_new_session=True)
     resume = None
     try:
-        pgid = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and pgid is None:
-            try:
-                found = rows(db, "SELECT json_extract(data, '$.pgid') AS pgid FROM events WHERE kind = 'process'"
-                                 " AND json_extract(data, '$.log') = 'agent'") if db.exists() else []
-            except sqlite3.OperationalError:
-                found = []
-            pgid = found[0]["pgid"] if found else None
-            time.sleep(0.1)
-        assert pgid is not None, "the agent never started"
+        pgid = _agent_group(db)
         assert _group_alive(server, pgid), server.host_run("ps", "-eo", "pid,pgid,cmd").stdout
         server.drop_connections()  # the connection is lost; the command runs on in its own session
         os.killpg(engine.pid, signal.SIGKILL)
@@ -294,6 +284,21 @@ def test_after_a_lost_connection_and_a_killed_engine_resume_kills_what_the_old_a
         server.stop()
 
 
+def _agent_group(db: Path) -> int:
+    """The process group of the run's agent command on the host, as the store recorded it."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            found = rows(db, "SELECT json_extract(data, '$.pgid') AS pgid FROM events WHERE kind = 'process'"
+                             " AND json_extract(data, '$.log') = 'agent'") if db.exists() else []
+        except sqlite3.OperationalError:
+            found = []
+        if found:
+            return found[0]["pgid"]
+        time.sleep(0.1)
+    raise AssertionError("the agent never started")
+
+
 def _group_alive(server, pgid: int) -> bool:
     return server.host_run("sh", "-c", f"kill -0 -{pgid}").returncode == 0
 
@@ -313,17 +318,7 @@ def test_a_group_left_by_a_lost_connection_is_killed_on_resume_even_after_its_at
     resume = None
     listener = None
     try:
-        pgid = None
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and pgid is None:
-            try:
-                found = rows(db, "SELECT json_extract(data, '$.pgid') AS pgid FROM events WHERE kind = 'process'"
-                                 " AND json_extract(data, '$.log') = 'agent'") if db.exists() else []
-            except sqlite3.OperationalError:
-                found = []
-            pgid = found[0]["pgid"] if found else None
-            time.sleep(0.1)
-        assert pgid is not None, "the agent never started"
+        pgid = _agent_group(db)
         listener = server.listener_pid()
         os.kill(listener, signal.SIGSTOP)  # no reconnect can succeed until it continues
         server.drop_connections()
